@@ -1,0 +1,192 @@
+// Package activities holds mcpsync's Temporal activities: ledger activities (each one
+// Postgres transaction of internal/ledger, run as local activities next to the workflow) and
+// session-bound MCP activities (run on the task queue of the worker holding the session).
+// Activities never import workflow code; both sides speak internal/contract.
+package activities
+
+import (
+	"context"
+	"errors"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+)
+
+// Registry is where activities are registered (a Temporal worker).
+type Registry interface {
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// Ledger runs the ledger's guarded transitions as activities. Every method returns the
+// ledger's typed outcome; an error means the ledger could not decide (retryable), or the
+// request was malformed (non-retryable PermanentMCPError type).
+type Ledger struct {
+	Store *ledger.Store
+}
+
+// Register registers every ledger activity under its contract name.
+func (a *Ledger) Register(r Registry) {
+	for name, fn := range map[string]any{
+		contract.ActEnsureSubscription:         a.EnsureSubscription,
+		contract.ActCurrentSession:             a.CurrentSession,
+		contract.ActBeginSubscribe:             a.BeginSubscribe,
+		contract.ActActivate:                   a.Activate,
+		contract.ActMarkReconciliationRequired: a.MarkReconciliationRequired,
+		contract.ActRestoreFromTombstone:       a.RestoreFromTombstone,
+		contract.ActBeginUnsubscribe:           a.BeginUnsubscribe,
+		contract.ActCompleteUnsubscribe:        a.CompleteUnsubscribe,
+		contract.ActMarkUnsubscribeUnknown:     a.MarkUnsubscribeUnknown,
+		contract.ActAllocateReadOrdinal:        a.AllocateReadOrdinal,
+		contract.ActAcceptResourceVersion:      a.AcceptResourceVersion,
+		contract.ActRecordNotFound:             a.RecordNotFound,
+		contract.ActSubscriptionState:          a.SubscriptionState,
+	} {
+		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+}
+
+func permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrNotFound) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanent, err)
+	}
+	return err
+}
+
+func ref(s ledger.Subscription) contract.SubscriptionRef {
+	return contract.SubscriptionRef{
+		ID: s.ID, Generation: s.Generation, SessionGeneration: s.SessionGeneration,
+		State: string(s.State), Reason: s.StateReason, LastIssuedOrdinal: s.LastIssuedOrdinal,
+		LastAcceptedOrdinal: s.LastAcceptedOrdinal, LastAcceptedDigest: s.LastAcceptedDigest,
+		CloseEpoch: s.CloseEpoch,
+	}
+}
+
+// EnsureSubscription creates or finds the subscription's ledger row (a CLOSED one reopens
+// under the next generation).
+func (a *Ledger) EnsureSubscription(ctx context.Context, in contract.EnsureInput) (contract.SubscriptionRef, error) {
+	s, err := a.Store.EnsureSubscription(ctx, ledger.EnsureSpec{
+		Principal: in.Principal, SourceID: in.SourceID, URI: in.URI, ServerURI: in.ServerURI, WorkflowID: in.WorkflowID,
+	})
+	if err != nil {
+		return contract.SubscriptionRef{}, permanent(err)
+	}
+	return ref(s), nil
+}
+
+// SubscriptionState returns the ledger's view of a subscription.
+func (a *Ledger) SubscriptionState(ctx context.Context, id int64) (contract.SubscriptionRef, error) {
+	s, err := a.Store.SubscriptionByID(ctx, id)
+	if err != nil {
+		return contract.SubscriptionRef{}, permanent(err)
+	}
+	return ref(s), nil
+}
+
+// CurrentSession reports the source's live session, or Live=false when it has none.
+func (a *Ledger) CurrentSession(ctx context.Context, sourceID int64) (contract.SessionInfo, error) {
+	s, err := a.Store.CurrentSession(ctx, sourceID)
+	if errors.Is(err, ledger.ErrNoSession) {
+		return contract.SessionInfo{}, nil
+	}
+	if err != nil {
+		return contract.SessionInfo{}, err
+	}
+	return contract.SessionInfo{
+		Live: true, Generation: s.Generation, HostQueue: s.HostQueue, CanSubscribe: s.Caps.Subscribe,
+		ListChanged: s.Caps.ListChanged, SnapshotIDs: s.Caps.SnapshotIDs,
+	}, nil
+}
+
+func transition(r ledger.TransitionResult, err error) (contract.TransitionOutput, error) {
+	if err != nil {
+		return contract.TransitionOutput{}, permanent(err)
+	}
+	return contract.TransitionOutput{Outcome: string(r.Outcome), State: string(r.State), Reason: r.Reason}, nil
+}
+
+// BeginSubscribe moves the subscription to SUBSCRIBING on the given live session.
+func (a *Ledger) BeginSubscribe(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
+	return transition(a.Store.BeginSubscribe(ctx, in.SubscriptionID, in.Generation, in.SessionGeneration))
+}
+
+// Activate moves SUBSCRIBING to ACTIVE on the same, still current session.
+func (a *Ledger) Activate(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
+	return transition(a.Store.Activate(ctx, in.SubscriptionID, in.Generation, in.SessionGeneration))
+}
+
+// MarkReconciliationRequired parks a live subscription in RECONCILIATION_REQUIRED.
+func (a *Ledger) MarkReconciliationRequired(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
+	return transition(a.Store.MarkReconciliationRequired(ctx, in.SubscriptionID, in.Generation, in.Reason))
+}
+
+// RestoreFromTombstone moves TOMBSTONE_PENDING back to ACTIVE.
+func (a *Ledger) RestoreFromTombstone(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
+	return transition(a.Store.RestoreFromTombstone(ctx, in.SubscriptionID, in.Generation, in.SessionGeneration))
+}
+
+// BeginUnsubscribe passes the close fence (R18).
+func (a *Ledger) BeginUnsubscribe(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
+	r, err := a.Store.BeginUnsubscribe(ctx, in.SubscriptionID, in.Generation, in.Reason)
+	if err != nil {
+		return contract.TransitionOutput{}, permanent(err)
+	}
+	return contract.TransitionOutput{
+		Outcome: string(r.Outcome), State: string(r.State), CloseOrdinal: r.CloseOrdinal, CloseEpoch: r.CloseEpoch,
+	}, nil
+}
+
+// CompleteUnsubscribe closes the subscription (R20: never back to ACTIVE).
+func (a *Ledger) CompleteUnsubscribe(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
+	return transition(a.Store.CompleteUnsubscribe(ctx, in.SubscriptionID, in.Generation, in.CloseEpoch))
+}
+
+// MarkUnsubscribeUnknown records a lost unsubscribe acknowledgement (R20).
+func (a *Ledger) MarkUnsubscribeUnknown(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
+	return transition(a.Store.MarkUnsubscribeUnknown(ctx, in.SubscriptionID, in.Generation, in.CloseEpoch, in.Reason))
+}
+
+// AllocateReadOrdinal issues a readOrdinal by compare-and-set (R14).
+func (a *Ledger) AllocateReadOrdinal(ctx context.Context, in contract.AllocateInput) (contract.AllocateOutput, error) {
+	d, err := a.Store.AllocateReadOrdinal(ctx, ledger.AllocateRequest{
+		SubscriptionID: in.SubscriptionID, Generation: in.Generation, SessionGeneration: in.SessionGeneration,
+		URI: in.URI, RequestID: in.RequestID, Reason: ledger.ReadReason(in.Reason),
+	})
+	if err != nil {
+		return contract.AllocateOutput{}, permanent(err)
+	}
+	return contract.AllocateOutput{Outcome: string(d.Outcome), Ordinal: d.Ordinal, State: string(d.State)}, nil
+}
+
+// AcceptResourceVersion offers a read to the single acceptance point (R16).
+func (a *Ledger) AcceptResourceVersion(ctx context.Context, in contract.AcceptInput) (contract.AcceptOutput, error) {
+	r, err := a.Store.AcceptResourceVersion(ctx, ledger.AcceptRequest{
+		SubscriptionID: in.SubscriptionID, Generation: in.Generation, SessionGeneration: in.SessionGeneration,
+		URI: in.URI, Ordinal: in.Ordinal, RequestID: in.RequestID,
+		Version: ledger.VersionInfo{
+			MIMEType: in.Read.MIMEType, Digest: in.Read.Digest, Size: in.Read.Size,
+			ServerName: in.Read.ServerName, ServerVersion: in.Read.ServerVersion, LastModified: in.Read.LastModified,
+		},
+	})
+	if err != nil {
+		return contract.AcceptOutput{}, permanent(err)
+	}
+	return contract.AcceptOutput{Outcome: string(r.Outcome), VersionID: r.VersionID}, nil
+}
+
+// RecordNotFound passes a not-found answer through the ordinal fence (R21).
+func (a *Ledger) RecordNotFound(ctx context.Context, in contract.AcceptInput) (string, error) {
+	o, err := a.Store.RecordNotFound(ctx, ledger.NotFoundRequest{
+		SubscriptionID: in.SubscriptionID, Generation: in.Generation, SessionGeneration: in.SessionGeneration,
+		URI: in.URI, Ordinal: in.Ordinal, RequestID: in.RequestID,
+	})
+	if err != nil {
+		return "", permanent(err)
+	}
+	return string(o), nil
+}

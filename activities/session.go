@@ -1,0 +1,165 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/mcphost"
+)
+
+// Session runs session-bound MCP calls on the live session this worker's host holds. A call
+// carrying another session generation fails non-retryably with StaleSession; reads never come
+// from a client-side cache (sessions are pinned to protocol 2025-11-25).
+type Session struct {
+	Host  *mcphost.Host
+	Store *ledger.Store
+}
+
+// Register registers every session-bound activity under its contract name; register them on
+// the host's own task queue.
+func (a *Session) Register(r Registry) {
+	r.RegisterActivityWithOptions(a.MCPSubscribe, activity.RegisterOptions{Name: contract.ActMCPSubscribe})
+	r.RegisterActivityWithOptions(a.MCPUnsubscribe, activity.RegisterOptions{Name: contract.ActMCPUnsubscribe})
+	r.RegisterActivityWithOptions(a.MCPRead, activity.RegisterOptions{Name: contract.ActMCPRead})
+}
+
+func (a *Session) conn(sourceID, gen int64) (*mcphost.Conn, error) {
+	c, err := a.Host.Conn(sourceID, gen)
+	if err != nil {
+		return nil, staleSession(err)
+	}
+	return c, nil
+}
+
+func staleSession(err error) error {
+	return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypeStaleSession, err)
+}
+
+// classify turns an MCP call's error into a Temporal error: the session ended under the call
+// → StaleSession; a protocol refusal a retry cannot fix → PermanentMCPError; anything else is
+// returned as is and retried.
+func (a *Session) classify(c *mcphost.Conn, op string, err error) error {
+	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
+		return staleSession(fmt.Errorf("%s on generation %d: %w", op, c.Generation(), err))
+	}
+	if cur, ok := a.Host.Current(c.Source().ID); !ok || cur != c {
+		return staleSession(fmt.Errorf("%s on generation %d, which ended: %w", op, c.Generation(), err))
+	}
+	var werr *jsonrpc.Error
+	if errors.As(err, &werr) && werr.Code != jsonrpc.CodeInternalError {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", op, err), contract.ErrTypePermanent, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// MCPSubscribe sends resources/subscribe for the subscription on its session (the first
+// holder of the URI on the session sends it).
+func (a *Session) MCPSubscribe(ctx context.Context, call contract.SessionCall) error {
+	c, err := a.conn(call.SourceID, call.SessionGeneration)
+	if err != nil {
+		return err
+	}
+	if err := c.Subscribe(ctx, call.ServerURI, call.SubscriptionID); err != nil {
+		return a.classify(c, "resources/subscribe", err)
+	}
+	return nil
+}
+
+// MCPUnsubscribe sends resources/unsubscribe when the subscription is the URI's last holder
+// on its session. An error (including a timeout) means the acknowledgement is unknown (R20).
+func (a *Session) MCPUnsubscribe(ctx context.Context, call contract.SessionCall) (contract.UnsubscribeOutput, error) {
+	c, err := a.conn(call.SourceID, call.SessionGeneration)
+	if err != nil {
+		return contract.UnsubscribeOutput{}, err
+	}
+	sent, err := c.Unsubscribe(ctx, call.ServerURI, call.SubscriptionID)
+	if err != nil {
+		return contract.UnsubscribeOutput{Sent: sent}, a.classify(c, "resources/unsubscribe", err)
+	}
+	return contract.UnsubscribeOutput{Acked: true, Sent: sent}, nil
+}
+
+// MCPRead performs one resources/read on the session, stores the body in the blob table and
+// returns its digest and metadata; a not-found answer is Found=false, not an error.
+func (a *Session) MCPRead(ctx context.Context, in contract.ReadInput) (contract.ReadOutput, error) {
+	c, err := a.conn(in.SourceID, in.SessionGeneration)
+	if err != nil {
+		return contract.ReadOutput{}, err
+	}
+	caps := c.Caps()
+	out := contract.ReadOutput{ServerName: caps.ServerName, ServerVersion: caps.ServerVersion}
+	res, err := c.Session().ReadResource(ctx, &mcp.ReadResourceParams{URI: in.ServerURI})
+	out.ReadAt = time.Now().UTC()
+	if err != nil {
+		if IsNotFound(err) {
+			return out, nil
+		}
+		return contract.ReadOutput{}, a.classify(c, "resources/read", err)
+	}
+	body, mime, err := Body(res)
+	if err != nil {
+		return contract.ReadOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanent, err)
+	}
+	digest, err := a.Store.PutBlob(ctx, body, mime)
+	if err != nil {
+		return contract.ReadOutput{}, err
+	}
+	out.Found, out.Digest, out.MIMEType, out.Size = true, digest, mime, int64(len(body))
+	return out, nil
+}
+
+// IsNotFound classifies a resources/read error as not-found: -32002 (the older spec code),
+// or -32602 with data.uri (go-sdk servers) or a "not found" message (TypeScript servers).
+func IsNotFound(err error) bool {
+	var werr *jsonrpc.Error
+	if !errors.As(err, &werr) {
+		return false
+	}
+	switch werr.Code {
+	case -32002:
+		return true
+	case jsonrpc.CodeInvalidParams:
+		if strings.Contains(strings.ToLower(werr.Message), "not found") {
+			return true
+		}
+		var data struct {
+			URI string `json:"uri"`
+		}
+		return len(werr.Data) > 0 && json.Unmarshal(werr.Data, &data) == nil && data.URI != ""
+	}
+	return false
+}
+
+// MultiContentsMIME is the MIME type of a body that holds several contents of one read.
+const MultiContentsMIME = "application/vnd.mcpsync.contents+json"
+
+// Body returns the bytes mcpsync stores and digests for a read: the text or blob of a single
+// content item exactly as served, or, for several items, a JSON array of them.
+func Body(res *mcp.ReadResourceResult) ([]byte, string, error) {
+	if res == nil || len(res.Contents) == 0 {
+		return []byte{}, "", nil
+	}
+	if len(res.Contents) == 1 {
+		c := res.Contents[0]
+		if c.Blob != nil {
+			return c.Blob, c.MIMEType, nil
+		}
+		return []byte(c.Text), c.MIMEType, nil
+	}
+	b, err := json.Marshal(res.Contents)
+	if err != nil {
+		return nil, "", fmt.Errorf("encoding %d contents: %w", len(res.Contents), err)
+	}
+	return b, MultiContentsMIME, nil
+}

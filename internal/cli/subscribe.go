@@ -1,0 +1,369 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/uri"
+)
+
+func init() {
+	register(command{"subscribe", "SOURCE URI [--principal P] [--wait 20s] [--json]: subscribe (idempotent) and wait until ACTIVE", subscribe})
+	register(command{"unsubscribe", "SOURCE URI [--principal P] [--wait 20s] [--json]: pass the close fence and unsubscribe", unsubscribe})
+	register(command{"status", "[SOURCE [URI]] [--principal P] [--json]: state, generations, ordinals, digest of subscriptions", status})
+	register(command{"get", "SOURCE URI [--principal P] [--json]: the accepted body's exact bytes on stdout", get})
+}
+
+// resolve checks SOURCE exists and URI is well formed, returning the source and the
+// normalized URI.
+func resolve(ctx context.Context, st *ledger.Store, source, raw string) (ledger.Source, string, error) {
+	norm, err := uri.Normalize(raw)
+	if err != nil {
+		return ledger.Source{}, "", usageErr("%v", err)
+	}
+	src, err := st.SourceByName(ctx, source)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return ledger.Source{}, "", notFoundErr("unknown source %q (see mcpsync source list)", source)
+	}
+	return src, norm, err
+}
+
+func subscribe(ctx context.Context, e *runEnv, args []string) error {
+	const usage = "mcpsync subscribe SOURCE URI [--principal P] [--wait 20s] [--json]"
+	fs := flag.NewFlagSet("subscribe", flag.ContinueOnError)
+	principal := fs.String("principal", "default", "principal the subscription is for")
+	wait := fs.Duration("wait", 20*time.Second, "how long to wait for ACTIVE (0: do not wait)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args, 2, 2, usage)
+	if err != nil {
+		return err
+	}
+	if *principal == "" {
+		return usageErr("--principal must not be empty")
+	}
+	st, err := e.store(ctx)
+	if err != nil {
+		return err
+	}
+	src, norm, err := resolve(ctx, st, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	tc, err := e.temporal(ctx)
+	if err != nil {
+		return err
+	}
+	wfID := contract.SubscriptionWorkflowID(*principal, src.Name, norm)
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       wfID,
+		TaskQueue:                contract.TaskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			contract.SearchSource.ValueSet(src.Name), contract.SearchURI.ValueSet(norm),
+			contract.SearchPrincipal.ValueSet(*principal), contract.SearchState.ValueSet("DISCOVERED"),
+		),
+	}, contract.SubscriptionWorkflowName, contract.SubscriptionInput{
+		Principal: *principal, Source: src.Name, SourceID: src.ID, URI: norm, ServerURI: pos[1],
+		BackstopSeconds: src.BackstopSeconds, PollSeconds: src.PollSeconds,
+	})
+	if err != nil {
+		return fmt.Errorf("starting subscription workflow %s: %w", wfID, err)
+	}
+	sub, err := waitFor(ctx, st, *principal, src.Name, norm, *wait, func(s ledger.Subscription) bool {
+		return s.WorkflowID == wfID && (s.State == ledger.StateActive || s.State.Closing() ||
+			s.State == ledger.StateReconciliationRequired && s.StateReason != "")
+	})
+	if *wait == 0 && errors.Is(err, ledger.ErrNotFound) {
+		fmt.Fprintf(e.Stdout, "subscription workflow %s started (run %s)\n", wfID, run.GetRunID())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := writeJSON(e.Stdout, statusOf(ctx, st, sub)); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(e.Stdout, "%s %s %s: %s (generation %d, session %d, workflow %s)\n",
+			sub.SourceName, sub.URI, sub.Principal, sub.State, sub.Generation, sub.SessionGeneration, sub.WorkflowID)
+	}
+	switch {
+	case sub.State == ledger.StateActive:
+		return nil
+	case sub.State.Closing():
+		return fmt.Errorf("subscription is closing (%s: %s); subscribe again once it is CLOSED", sub.State, sub.StateReason)
+	case *wait == 0:
+		return nil
+	default:
+		return fmt.Errorf("not ACTIVE after %s: %s %s", *wait, sub.State, orDash(sub.StateReason))
+	}
+}
+
+// waitFor polls the ledger until done(subscription) or the timeout; it returns the last view.
+func waitFor(ctx context.Context, st *ledger.Store, principal, source, norm string, timeout time.Duration, done func(ledger.Subscription) bool) (ledger.Subscription, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		sub, err := st.SubscriptionByKey(ctx, principal, source, norm)
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			return sub, err
+		}
+		if err == nil && done(sub) {
+			return sub, nil
+		}
+		if !time.Now().Before(deadline) {
+			return sub, err
+		}
+		select {
+		case <-ctx.Done():
+			return sub, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func unsubscribe(ctx context.Context, e *runEnv, args []string) error {
+	const usage = "mcpsync unsubscribe SOURCE URI [--principal P] [--wait 20s] [--json]"
+	fs := flag.NewFlagSet("unsubscribe", flag.ContinueOnError)
+	principal := fs.String("principal", "default", "principal the subscription is for")
+	wait := fs.Duration("wait", 20*time.Second, "how long to wait for CLOSED (0: do not wait)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args, 2, 2, usage)
+	if err != nil {
+		return err
+	}
+	st, err := e.store(ctx)
+	if err != nil {
+		return err
+	}
+	src, norm, err := resolve(ctx, st, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	sub, err := st.SubscriptionByKey(ctx, *principal, src.Name, norm)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return notFoundErr("no subscription of %s to %s on %s", *principal, norm, src.Name)
+	}
+	if err != nil {
+		return err
+	}
+	if sub.State != ledger.StateClosed {
+		tc, err := e.temporal(ctx)
+		if err != nil {
+			return err
+		}
+		err = tc.SignalWorkflow(ctx, sub.WorkflowID, "", contract.SignalUnsubscribe, contract.Unsubscribe{ID: newID(), Reason: "requested by mcpsync unsubscribe"})
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return fmt.Errorf("subscription workflow %s is not running while the ledger says %s; run mcpsync reconcile %s", sub.WorkflowID, sub.State, src.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("signalling %s: %w", sub.WorkflowID, err)
+		}
+		sub, err = waitFor(ctx, st, *principal, src.Name, norm, *wait, func(s ledger.Subscription) bool { return s.State == ledger.StateClosed })
+		if err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return writeJSON(e.Stdout, statusOf(ctx, st, sub))
+	}
+	fmt.Fprintf(e.Stdout, "%s %s %s: %s (close ordinal %s, epoch %d)%s\n", sub.SourceName, sub.URI, sub.Principal,
+		sub.State, ordinalOrDash(sub.CloseOrdinal), sub.CloseEpoch, reasonSuffix(sub))
+	if !sub.State.Closing() {
+		return fmt.Errorf("close fence not passed after %s (state %s)", *wait, sub.State)
+	}
+	return nil
+}
+
+func ordinalOrDash(p *int64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+func reasonSuffix(s ledger.Subscription) string {
+	if s.StateReason == "" {
+		return ""
+	}
+	return ": " + s.StateReason
+}
+
+// statusJSON is one subscription as status reports it.
+type statusJSON struct {
+	Source              string     `json:"source"`
+	URI                 string     `json:"uri"`
+	ServerURI           string     `json:"serverUri"`
+	Principal           string     `json:"principal"`
+	State               string     `json:"state"`
+	Reason              string     `json:"reason,omitempty"`
+	WorkflowID          string     `json:"workflowId"`
+	Generation          int64      `json:"generation"`
+	SessionGeneration   int64      `json:"sessionGeneration"`
+	LastIssuedOrdinal   int64      `json:"lastIssuedOrdinal"`
+	LastAcceptedOrdinal int64      `json:"lastAcceptedOrdinal"`
+	CloseOrdinal        *int64     `json:"closeOrdinal,omitempty"`
+	CloseEpoch          int64      `json:"closeEpoch"`
+	Digest              string     `json:"digest,omitempty"`
+	MIMEType            string     `json:"mimeType,omitempty"`
+	Size                int64      `json:"size,omitempty"`
+	AcceptedAt          *time.Time `json:"acceptedAt,omitempty"`
+	VerifiedAt          *time.Time `json:"verifiedAt,omitempty"`
+	Deleted             bool       `json:"deleted,omitempty"`
+}
+
+func statusOf(ctx context.Context, st *ledger.Store, s ledger.Subscription) statusJSON {
+	j := statusJSON{
+		Source: s.SourceName, URI: s.URI, ServerURI: s.ServerURI, Principal: s.Principal, State: string(s.State),
+		Reason: s.StateReason, WorkflowID: s.WorkflowID, Generation: s.Generation, SessionGeneration: s.SessionGeneration,
+		LastIssuedOrdinal: s.LastIssuedOrdinal, LastAcceptedOrdinal: s.LastAcceptedOrdinal,
+		CloseOrdinal: s.CloseOrdinal, CloseEpoch: s.CloseEpoch, Digest: s.LastAcceptedDigest,
+		AcceptedAt: s.LastAcceptedAt, VerifiedAt: s.LastVerifiedAt,
+	}
+	if v, err := st.LatestVersion(ctx, s.ID); err == nil {
+		j.MIMEType, j.Size, j.Deleted = v.MIMEType, v.Size, v.Kind == "tombstone"
+	}
+	return j
+}
+
+func status(ctx context.Context, e *runEnv, args []string) error {
+	const usage = "mcpsync status [SOURCE [URI]] [--principal P] [--json]"
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	principal := fs.String("principal", "", "only this principal")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args, 0, 2, usage)
+	if err != nil {
+		return err
+	}
+	st, err := e.store(ctx)
+	if err != nil {
+		return err
+	}
+	f := ledger.SubscriptionFilter{Principal: *principal}
+	if len(pos) >= 1 {
+		if _, err := st.SourceByName(ctx, pos[0]); errors.Is(err, ledger.ErrNotFound) {
+			return notFoundErr("unknown source %q (see mcpsync source list)", pos[0])
+		} else if err != nil {
+			return err
+		}
+		f.Source = pos[0]
+	}
+	if len(pos) == 2 {
+		norm, err := uri.Normalize(pos[1])
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		f.URI = norm
+	}
+	subs, err := st.ListSubscriptions(ctx, f)
+	if err != nil {
+		return err
+	}
+	if len(subs) == 0 && len(pos) == 2 {
+		return notFoundErr("no subscription to %s on %s", f.URI, f.Source)
+	}
+	out := make([]statusJSON, 0, len(subs))
+	for _, s := range subs {
+		out = append(out, statusOf(ctx, st, s))
+	}
+	if *asJSON {
+		return writeJSON(e.Stdout, out)
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tURI\tPRINCIPAL\tSTATE\tGEN\tSESSION\tISSUED\tACCEPTED\tDIGEST\tMIME\tACCEPTED AT\tREASON")
+	for _, s := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Source, s.URI, s.Principal, s.State,
+			s.Generation, s.SessionGeneration, s.LastIssuedOrdinal, s.LastAcceptedOrdinal, orDash(s.Digest),
+			orDash(s.MIMEType), fmtTime(s.AcceptedAt), orDash(s.Reason))
+	}
+	return tw.Flush()
+}
+
+// getJSON is what get --json prints.
+type getJSON struct {
+	statusJSON
+	Body     string `json:"body,omitempty"`
+	Encoding string `json:"encoding,omitempty"`
+}
+
+func get(ctx context.Context, e *runEnv, args []string) error {
+	const usage = "mcpsync get SOURCE URI [--principal P] [--json]"
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	principal := fs.String("principal", "default", "principal reading")
+	asJSON := fs.Bool("json", false, "print JSON (metadata and body)")
+	pos, err := parse(fs, args, 2, 2, usage)
+	if err != nil {
+		return err
+	}
+	st, err := e.store(ctx)
+	if err != nil {
+		return err
+	}
+	src, norm, err := resolve(ctx, st, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	sub, err := st.SubscriptionByKey(ctx, *principal, src.Name, norm)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return notFoundErr("no subscription of %s to %s on %s", *principal, norm, src.Name)
+	}
+	if err != nil {
+		return err
+	}
+	v, err := st.LatestVersion(ctx, sub.ID)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return notFoundErr("no accepted version of %s yet (state %s)", norm, sub.State)
+	}
+	if err != nil {
+		return err
+	}
+	if v.Kind == "tombstone" {
+		return notFoundErr("%s was deleted (tombstone at ordinal %d)", norm, v.ReadOrdinal)
+	}
+	body, err := st.Blob(ctx, v.Digest)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		j := getJSON{statusJSON: statusOf(ctx, st, sub)}
+		j.Digest, j.MIMEType, j.Size = v.Digest, v.MIMEType, v.Size
+		if isText(body) {
+			j.Body, j.Encoding = string(body), "text"
+		} else {
+			j.Body, j.Encoding = encodeBase64(body), "base64"
+		}
+		return writeJSON(e.Stdout, j)
+	}
+	_, err = e.Stdout.Write(body)
+	return err
+}
+
+func isText(b []byte) bool {
+	s := string(b)
+	return strings.ToValidUTF8(s, "\uFFFD") == s && !strings.ContainsRune(s, 0)
+}
+
+func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -1,0 +1,216 @@
+package contract
+
+import "time"
+
+// SubscriptionInput starts (or continues) a SubscriptionWorkflow.
+type SubscriptionInput struct {
+	Principal string
+	Source    string
+	SourceID  int64
+	URI       string // normalized
+	ServerURI string // as the server spells it; what reads send
+	// BackstopSeconds and PollSeconds configure refresh (R11, R28).
+	BackstopSeconds int
+	PollSeconds     int
+	// State is nil on the first run and carries everything through continue-as-new.
+	State *SubscriptionState
+}
+
+// SubscriptionState is the whole state of a subscription workflow, carried through
+// continue-as-new. The ledger is the truth; this is the workflow's copy for decisions.
+type SubscriptionState struct {
+	SubscriptionID    int64
+	Generation        int64
+	SessionGeneration int64
+	HostQueue         string
+	CanSubscribe      bool // the session negotiated resources.subscribe
+	Machine           string
+	Dirty             bool
+	Reason            string // why the subscription is not ACTIVE, if it is not
+	ReadSeq           int64  // request IDs issued so far by this workflow
+	CloseEpoch        int64
+	// Pending signals recorded but not yet acted on.
+	PendingUpdate        bool
+	PendingUnsubscribe   string // reason, when an unsubscribe or revoke is pending
+	PendingSessionChange int64
+	PendingReconcile     bool
+	LastNotificationGen  int64
+	LastNotificationSeq  int64
+	LastAcceptedOrdinal  int64
+	LastAcceptedDigest   string
+	Counters             Counters
+	UnsubscribeAttempts  int
+	EstablishFailures    int
+	ContinuedAsNew       int
+	LastSignalIDs        []string // recent unsubscribe/revoke/reconcile IDs, for dedupe
+}
+
+// Counters count what a subscription did, so read amplification can be measured (R27).
+type Counters struct {
+	Notifications      int64
+	NotificationsStale int64 // old-session or duplicate notifications ignored
+	Reads              int64
+	ReadsByReason      map[string]int64
+	Accepted           int64
+	Revalidated        int64
+	Refused            int64
+	NotFound           int64
+	ReadFailures       int64
+}
+
+// ResourceUpdated is the session host's signal for one notifications/resources/updated.
+type ResourceUpdated struct {
+	SessionGeneration int64
+	Seq               int64
+	ServerURI         string
+}
+
+// Unsubscribe asks the workflow to close the subscription (also used for revocation).
+type Unsubscribe struct {
+	ID     string
+	Reason string
+}
+
+// SessionChanged tells a subscription that its source has a new session generation: its
+// notifications may have been lost (R12).
+type SessionChanged struct {
+	Generation int64
+}
+
+// Reconcile asks a subscription to leave RECONCILIATION_REQUIRED now.
+type Reconcile struct {
+	ID string
+}
+
+// EnsureInput creates or finds the ledger row of a subscription.
+type EnsureInput struct {
+	Principal  string
+	SourceID   int64
+	URI        string
+	ServerURI  string
+	WorkflowID string
+}
+
+// SubscriptionRef is the ledger's view of a subscription, as activities report it.
+type SubscriptionRef struct {
+	ID                  int64
+	Generation          int64
+	SessionGeneration   int64
+	State               string
+	Reason              string
+	LastIssuedOrdinal   int64
+	LastAcceptedOrdinal int64
+	LastAcceptedDigest  string
+	CloseEpoch          int64
+}
+
+// SessionInfo is a source's current session as the ledger records it.
+type SessionInfo struct {
+	Live         bool
+	Generation   int64
+	HostQueue    string
+	CanSubscribe bool
+	ListChanged  bool
+	SnapshotIDs  bool
+}
+
+// TransitionInput names a guarded state transition of a subscription.
+type TransitionInput struct {
+	SubscriptionID    int64
+	Generation        int64
+	SessionGeneration int64
+	CloseEpoch        int64
+	Reason            string
+}
+
+// TransitionOutput is the ledger's outcome of a transition.
+type TransitionOutput struct {
+	Outcome      string
+	State        string
+	Reason       string
+	CloseOrdinal int64
+	CloseEpoch   int64
+}
+
+// AllocateInput asks for a readOrdinal (R14).
+type AllocateInput struct {
+	SubscriptionID    int64
+	Generation        int64
+	SessionGeneration int64
+	URI               string
+	RequestID         string
+	Reason            string
+}
+
+// AllocateOutput is the outcome of an allocation.
+type AllocateOutput struct {
+	Outcome string
+	Ordinal int64
+	State   string
+}
+
+// ReadInput asks the session host for one resources/read on a given session.
+type ReadInput struct {
+	SourceID          int64
+	SessionGeneration int64
+	ServerURI         string
+	Ordinal           int64
+	RequestID         string
+}
+
+// ReadOutput describes the response; the body is already in the blob table under Digest.
+type ReadOutput struct {
+	Found         bool
+	Digest        string
+	MIMEType      string
+	Size          int64
+	ServerName    string
+	ServerVersion string
+	LastModified  string
+	ReadAt        time.Time
+}
+
+// AcceptInput offers a read's response to acceptResourceVersion (R16).
+type AcceptInput struct {
+	SubscriptionID    int64
+	Generation        int64
+	SessionGeneration int64
+	URI               string
+	Ordinal           int64
+	RequestID         string
+	Read              ReadOutput
+}
+
+// AcceptOutput is the acceptance point's outcome.
+type AcceptOutput struct {
+	Outcome   string
+	VersionID int64
+}
+
+// SessionCall is a session-bound call about one resource: subscribe or unsubscribe.
+type SessionCall struct {
+	SourceID          int64
+	SessionGeneration int64
+	ServerURI         string
+	SubscriptionID    int64
+}
+
+// UnsubscribeOutput reports whether the server acknowledged. Sent is false when the host did
+// not need to call the server (another subscription still holds the server-side
+// subscription, or it never existed on this session).
+type UnsubscribeOutput struct {
+	Acked bool
+	Sent  bool
+}
+
+// StateView is what the state query returns.
+type StateView struct {
+	State               string
+	Reason              string
+	SubscriptionID      int64
+	Generation          int64
+	SessionGeneration   int64
+	LastAcceptedOrdinal int64
+	LastAcceptedDigest  string
+	Counters            Counters
+}

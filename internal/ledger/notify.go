@@ -1,0 +1,116 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Notification is a notifications/resources/updated as the session host saw it: the session
+// generation it arrived on, the host's per-session sequence number, the normalized URI and the
+// URI string the server sent.
+type Notification struct {
+	SourceID          int64
+	SessionGeneration int64
+	Seq               int64
+	URI               string // normalized
+	ServerURI         string
+}
+
+// NotificationTarget is a subscription a notification must be signalled to.
+type NotificationTarget struct {
+	SubscriptionID int64
+	WorkflowID     string
+	Generation     int64
+	State          State
+}
+
+// Audit kinds written for notifications that cause no action.
+const (
+	AuditNotificationOldSession  = "NOTIFICATION_OLD_SESSION"
+	AuditNotificationUnmatched   = "NOTIFICATION_UNMATCHED"
+	AuditNotificationAfterClose  = "NOTIFICATION_AFTER_CLOSE"
+	AuditNotificationOutOfOrder  = "NOTIFICATION_OUT_OF_ORDER"
+	auditNotificationRecordedFmt = "notification/%d/%d/%d"
+)
+
+// RecordNotification matches a notification to the subscriptions of its source and URI and
+// records (session generation, sequence) on each, in one statement, only when the notification
+// comes from the source's current session and the subscription is not closing (R12, R19). It
+// returns the subscriptions to signal. A notification that matches none is not dropped
+// silently: one audit receipt says why (old session, unknown URI, closed subscription, or a
+// sequence number already seen) and the returned audit kind names it.
+func (s *Store) RecordNotification(ctx context.Context, n Notification) (targets []NotificationTarget, audit string, err error) {
+	rows, err := s.pool.Query(ctx, `
+		UPDATE subscriptions s SET last_notification_gen = $2, last_notification_seq = $3
+		FROM sources so
+		WHERE s.source_id = $1 AND s.uri = $4 AND so.id = s.source_id AND so.current_generation = $2
+		  AND s.state NOT IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN', 'CLOSED')
+		  AND (s.last_notification_gen, s.last_notification_seq) < ($2::bigint, $3::bigint)
+		RETURNING s.id, s.workflow_id, s.generation, s.state`, n.SourceID, n.SessionGeneration, n.Seq, n.URI)
+	if err != nil {
+		return nil, "", fmt.Errorf("ledger: record notification: %w", err)
+	}
+	targets, err = pgx.CollectRows(rows, pgx.RowToStructByPos[NotificationTarget])
+	if err != nil {
+		return nil, "", fmt.Errorf("ledger: record notification: %w", err)
+	}
+	if len(targets) > 0 {
+		return targets, "", nil
+	}
+	var current int64
+	var total, open int
+	if err := s.pool.QueryRow(ctx, `SELECT so.current_generation,
+			count(s.id), count(s.id) FILTER (WHERE s.state NOT IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN', 'CLOSED'))
+		FROM sources so LEFT JOIN subscriptions s ON s.source_id = so.id AND s.uri = $2
+		WHERE so.id = $1 GROUP BY so.current_generation`, n.SourceID, n.URI).Scan(&current, &total, &open); err != nil {
+		return nil, "", notFound(err, fmt.Sprintf("ledger: source %d", n.SourceID))
+	}
+	switch {
+	case n.SessionGeneration != current:
+		audit = AuditNotificationOldSession
+	case total == 0:
+		audit = AuditNotificationUnmatched
+	case open == 0:
+		audit = AuditNotificationAfterClose
+	default:
+		audit = AuditNotificationOutOfOrder
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, session_generation, uri, detail)
+		VALUES ($1, $2, $3, $4, $5, jsonb_build_object('seq', $6::bigint, 'server_uri', $7::text, 'current_generation', $8::bigint))
+		ON CONFLICT (idem_key) DO NOTHING`,
+		fmt.Sprintf(auditNotificationRecordedFmt, n.SourceID, n.SessionGeneration, n.Seq), audit,
+		n.SourceID, n.SessionGeneration, n.URI, n.Seq, n.ServerURI, current)
+	if err != nil {
+		return nil, audit, fmt.Errorf("ledger: audit notification: %w", err)
+	}
+	return nil, audit, nil
+}
+
+// AuditCount returns how many receipts of kind exist for a source (0 = all sources).
+func (s *Store) AuditCount(ctx context.Context, sourceID int64, kind string) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM receipts WHERE kind = $1 AND ($2 = 0 OR source_id = $2)`, kind, sourceID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: count receipts: %w", err)
+	}
+	return n, nil
+}
+
+// AuditNotificationMalformedURI is the audit kind of a notification whose URI cannot be parsed.
+const AuditNotificationMalformedURI = "NOTIFICATION_MALFORMED_URI"
+
+// AuditMalformedNotification records a notification whose URI could not be normalized: it
+// matches nothing and causes no action, but it is not dropped silently.
+func (s *Store) AuditMalformedNotification(ctx context.Context, sourceID, sessionGen, seq int64, serverURI, problem string) (string, error) {
+	_, err := s.pool.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, session_generation, uri, detail)
+		VALUES ($1, $2, $3, $4, $5, jsonb_build_object('seq', $6::bigint, 'problem', $7::text))
+		ON CONFLICT (idem_key) DO NOTHING`,
+		fmt.Sprintf(auditNotificationRecordedFmt, sourceID, sessionGen, seq), AuditNotificationMalformedURI,
+		sourceID, sessionGen, serverURI, seq, problem)
+	if err != nil {
+		return "", fmt.Errorf("ledger: audit malformed notification: %w", err)
+	}
+	return AuditNotificationMalformedURI, nil
+}

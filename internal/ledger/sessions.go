@@ -1,0 +1,173 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CapabilityReceipt is what a session negotiated (R1): the protocol version, the resources
+// capability and its two independent sub-capabilities, the snapshot-ID extension (R5) and the
+// server's implementation name and version.
+type CapabilityReceipt struct {
+	ProtocolVersion string
+	Resources       bool
+	Subscribe       bool
+	ListChanged     bool
+	SnapshotIDs     bool
+	ServerName      string
+	ServerVersion   string
+	Raw             json.RawMessage // the server's capabilities object as received, if known
+}
+
+// Session is one MCP connection of a source: its generation, the queue of the worker that
+// holds it, and its capability receipt.
+type Session struct {
+	SourceID   int64
+	Generation int64
+	HostQueue  string
+	Caps       CapabilityReceipt
+	StartedAt  time.Time
+	EndedAt    *time.Time
+	EndReason  string
+}
+
+// LiveSubscription names a subscription that is not CLOSED, for signalling its workflow.
+type LiveSubscription struct {
+	ID         int64
+	WorkflowID string
+	State      State
+}
+
+// OpenSession allocates the next session generation of a source for a new connection and
+// stores its capability receipt, in one transaction that also fences every older session
+// (R12): the previous session ends; subscriptions that were SUBSCRIBING, ACTIVE or
+// TOMBSTONE_PENDING move to RECONCILIATION_REQUIRED (their notifications may have been lost,
+// and reads of the old session can no longer be accepted); subscriptions whose unsubscribe was
+// in flight or unknown are CLOSED, because the session that carried them is gone (R20). It
+// fails with ErrLeaseLost unless hostQueue holds the source's lease. It returns the new
+// session and every live subscription of the source, to be told SessionChanged.
+func (s *Store) OpenSession(ctx context.Context, sourceID int64, hostQueue string, caps CapabilityReceipt) (Session, []LiveSubscription, error) {
+	var sess Session
+	var live []LiveSubscription
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var gen int64
+		err := tx.QueryRow(ctx, `UPDATE sources SET current_generation = current_generation + 1
+			WHERE id = $1 AND host_queue = $2 AND lease_until > now()
+			RETURNING current_generation`, sourceID, hostQueue).Scan(&gen)
+		if err == pgx.ErrNoRows {
+			return fmt.Errorf("source %d, host %s: %w", sourceID, hostQueue, ErrLeaseLost)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sessions SET ended_at = now(), end_reason = 'superseded'
+			WHERE source_id = $1 AND ended_at IS NULL`, sourceID); err != nil {
+			return err
+		}
+		raw := caps.Raw
+		if len(raw) == 0 {
+			raw = nil
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO sessions (source_id, generation, host_queue,
+				protocol_version, cap_resources, cap_subscribe, cap_list_changed, cap_snapshot_ids,
+				server_name, server_version, capabilities)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING started_at`,
+			sourceID, gen, hostQueue, caps.ProtocolVersion, caps.Resources, caps.Subscribe,
+			caps.ListChanged, caps.SnapshotIDs, caps.ServerName, caps.ServerVersion, raw).Scan(&sess.StartedAt); err != nil {
+			return err
+		}
+		if err := fenceOldSessions(ctx, tx, sourceID, gen, fmt.Sprintf("session changed to generation %d", gen)); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT id, workflow_id, state FROM subscriptions
+			WHERE source_id = $1 AND state <> 'CLOSED' ORDER BY id`, sourceID)
+		if err != nil {
+			return err
+		}
+		live, err = pgx.CollectRows(rows, pgx.RowToStructByPos[LiveSubscription])
+		if err != nil {
+			return err
+		}
+		sess.SourceID, sess.Generation, sess.HostQueue, sess.Caps = sourceID, gen, hostQueue, caps
+		return nil
+	})
+	if err != nil {
+		return Session{}, nil, fmt.Errorf("ledger: open session: %w", err)
+	}
+	return sess, live, nil
+}
+
+// fenceOldSessions moves every subscription of the source bound to a session older than gen
+// out of the states in which that session could still change them (R12, R20), writing one
+// receipt per subscription moved.
+func fenceOldSessions(ctx context.Context, tx pgx.Tx, sourceID, gen int64, reason string) error {
+	_, err := tx.Exec(ctx, `
+		WITH moved AS (
+			UPDATE subscriptions SET
+				state = CASE WHEN state IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN') THEN 'CLOSED'
+				             ELSE 'RECONCILIATION_REQUIRED' END,
+				ended_at = CASE WHEN state IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN') THEN now()
+				                ELSE ended_at END,
+				state_reason = CASE WHEN state IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN')
+				                    THEN 'session ended; its subscriptions ended with it'
+				                    ELSE $3 END,
+				updated_at = now()
+			WHERE source_id = $1 AND session_generation < $2
+			  AND state IN ('SUBSCRIBING', 'ACTIVE', 'TOMBSTONE_PENDING', 'UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN')
+			RETURNING id, state, generation, session_generation, uri)
+		INSERT INTO receipts (kind, source_id, subscription_id, generation, session_generation, uri, detail)
+		SELECT CASE WHEN state = 'CLOSED' THEN 'CLOSED_WITH_SESSION' ELSE 'SESSION_CHANGED' END,
+		       $1, id, generation, session_generation, uri,
+		       jsonb_build_object('new_session_generation', $2::bigint, 'state', state)
+		FROM moved`, sourceID, gen, reason)
+	return err
+}
+
+// EndSession records that a session's connection ended. If it was the source's current
+// session, its subscriptions are fenced as by OpenSession: live ones need reconciliation and
+// in-flight or unknown unsubscribes are CLOSED (R20). Ending a session twice does nothing.
+func (s *Store) EndSession(ctx context.Context, sourceID, generation int64, reason string) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE sessions SET ended_at = now(), end_reason = $3
+			WHERE source_id = $1 AND generation = $2 AND ended_at IS NULL`, sourceID, generation, reason)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		// Everything bound to this generation or older loses its session.
+		return fenceOldSessions(ctx, tx, sourceID, generation+1, "session ended: "+reason)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: end session %d/%d: %w", sourceID, generation, err)
+	}
+	return nil
+}
+
+// CurrentSession returns the source's newest session if it is still live, or ErrNoSession.
+func (s *Store) CurrentSession(ctx context.Context, sourceID int64) (Session, error) {
+	var sess Session
+	var raw []byte
+	err := s.pool.QueryRow(ctx, `SELECT se.source_id, se.generation, se.host_queue,
+			se.protocol_version, se.cap_resources, se.cap_subscribe, se.cap_list_changed,
+			se.cap_snapshot_ids, se.server_name, se.server_version, se.capabilities,
+			se.started_at, se.ended_at, coalesce(se.end_reason, '')
+		FROM sources so JOIN sessions se ON se.source_id = so.id AND se.generation = so.current_generation
+		WHERE so.id = $1`, sourceID).Scan(&sess.SourceID, &sess.Generation, &sess.HostQueue,
+		&sess.Caps.ProtocolVersion, &sess.Caps.Resources, &sess.Caps.Subscribe,
+		&sess.Caps.ListChanged, &sess.Caps.SnapshotIDs, &sess.Caps.ServerName,
+		&sess.Caps.ServerVersion, &raw, &sess.StartedAt, &sess.EndedAt, &sess.EndReason)
+	if err == pgx.ErrNoRows {
+		return Session{}, fmt.Errorf("ledger: source %d: %w", sourceID, ErrNoSession)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("ledger: current session of source %d: %w", sourceID, err)
+	}
+	if sess.EndedAt != nil {
+		return sess, fmt.Errorf("ledger: source %d generation %d ended (%s): %w", sourceID, sess.Generation, sess.EndReason, ErrNoSession)
+	}
+	sess.Caps.Raw = raw
+	return sess, nil
+}

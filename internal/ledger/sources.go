@@ -1,0 +1,186 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Transports a source can use.
+const (
+	TransportStdio = "stdio"
+	TransportHTTP  = "http"
+)
+
+// SourceSpec defines a source: one MCP server endpoint plus the subject it connects as.
+type SourceSpec struct {
+	Name            string
+	Transport       string   // TransportStdio or TransportHTTP
+	Command         []string // stdio: argv, Command[0] is the program
+	URL             string   // http: the streamable HTTP endpoint
+	Subject         string   // authorization subject the session connects as; "default" if empty
+	BackstopSeconds int      // backstop re-read period for subscribed resources; 30 if zero
+	PollSeconds     int      // poll period when the server lacks resources.subscribe; 30 if zero
+}
+
+// Source is a stored source with its session bookkeeping.
+type Source struct {
+	SourceSpec
+	ID                int64
+	CurrentGeneration int64
+	HostQueue         string
+	LeaseUntil        *time.Time
+	CreatedAt         time.Time
+}
+
+// Validate reports a malformed spec with ErrInvalid.
+func (sp SourceSpec) Validate() error {
+	if strings.TrimSpace(sp.Name) == "" || strings.ContainsAny(sp.Name, " \t\r\n/") {
+		return fmt.Errorf("source name %q must be non-empty without spaces or '/': %w", sp.Name, ErrInvalid)
+	}
+	switch sp.Transport {
+	case TransportStdio:
+		if len(sp.Command) == 0 || strings.TrimSpace(sp.Command[0]) == "" {
+			return fmt.Errorf("stdio source %q needs a command: %w", sp.Name, ErrInvalid)
+		}
+	case TransportHTTP:
+		if !strings.HasPrefix(sp.URL, "http://") && !strings.HasPrefix(sp.URL, "https://") {
+			return fmt.Errorf("http source %q needs an http:// or https:// URL, got %q: %w", sp.Name, sp.URL, ErrInvalid)
+		}
+	default:
+		return fmt.Errorf("source %q: unknown transport %q: %w", sp.Name, sp.Transport, ErrInvalid)
+	}
+	if sp.BackstopSeconds < 0 || sp.PollSeconds < 0 {
+		return fmt.Errorf("source %q: periods must be positive: %w", sp.Name, ErrInvalid)
+	}
+	return nil
+}
+
+func (sp SourceSpec) withDefaults() SourceSpec {
+	if sp.Subject == "" {
+		sp.Subject = "default"
+	}
+	if sp.BackstopSeconds == 0 {
+		sp.BackstopSeconds = 30
+	}
+	if sp.PollSeconds == 0 {
+		sp.PollSeconds = 30
+	}
+	return sp
+}
+
+const sourceColumns = `id, name, transport, command, coalesce(url, ''), subject, backstop_seconds,
+	poll_seconds, current_generation, coalesce(host_queue, ''), lease_until, created_at`
+
+func scanSource(row pgx.Row) (Source, error) {
+	var src Source
+	err := row.Scan(&src.ID, &src.Name, &src.Transport, &src.Command, &src.URL, &src.Subject,
+		&src.BackstopSeconds, &src.PollSeconds, &src.CurrentGeneration, &src.HostQueue,
+		&src.LeaseUntil, &src.CreatedAt)
+	return src, err
+}
+
+// AddSource stores a new source. Adding the same definition again is a no-op that returns the
+// stored source (created=false); a different definition under an existing name fails with
+// ErrSourceExists.
+func (s *Store) AddSource(ctx context.Context, spec SourceSpec) (src Source, created bool, err error) {
+	if err := spec.Validate(); err != nil {
+		return Source{}, false, err
+	}
+	spec = spec.withDefaults()
+	var url *string
+	if spec.URL != "" {
+		url = &spec.URL
+	}
+	var cmd []string
+	if spec.Transport == TransportStdio {
+		cmd = spec.Command
+	}
+	src, err = scanSource(s.pool.QueryRow(ctx, `
+		INSERT INTO sources (name, transport, command, url, subject, backstop_seconds, poll_seconds)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (name) DO NOTHING
+		RETURNING `+sourceColumns,
+		spec.Name, spec.Transport, cmd, url, spec.Subject, spec.BackstopSeconds, spec.PollSeconds))
+	if err == nil {
+		return src, true, nil
+	}
+	if err != pgx.ErrNoRows {
+		return Source{}, false, fmt.Errorf("ledger: add source %q: %w", spec.Name, err)
+	}
+	existing, err := s.SourceByName(ctx, spec.Name)
+	if err != nil {
+		return Source{}, false, err
+	}
+	if existing.Transport != spec.Transport || !slices.Equal(existing.Command, cmd) ||
+		existing.URL != spec.URL || existing.Subject != spec.Subject ||
+		existing.BackstopSeconds != spec.BackstopSeconds || existing.PollSeconds != spec.PollSeconds {
+		return existing, false, fmt.Errorf("source %q: %w", spec.Name, ErrSourceExists)
+	}
+	return existing, false, nil
+}
+
+// SourceByName returns the source called name, or ErrNotFound.
+func (s *Store) SourceByName(ctx context.Context, name string) (Source, error) {
+	src, err := scanSource(s.pool.QueryRow(ctx, `SELECT `+sourceColumns+` FROM sources WHERE name = $1`, name))
+	if err != nil {
+		return Source{}, notFound(err, fmt.Sprintf("ledger: source %q", name))
+	}
+	return src, nil
+}
+
+// SourceByID returns the source with id, or ErrNotFound.
+func (s *Store) SourceByID(ctx context.Context, id int64) (Source, error) {
+	src, err := scanSource(s.pool.QueryRow(ctx, `SELECT `+sourceColumns+` FROM sources WHERE id = $1`, id))
+	if err != nil {
+		return Source{}, notFound(err, fmt.Sprintf("ledger: source %d", id))
+	}
+	return src, nil
+}
+
+// ListSources returns every source ordered by name.
+func (s *Store) ListSources(ctx context.Context) ([]Source, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+sourceColumns+` FROM sources ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list sources: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Source, error) { return scanSource(r) })
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list sources: %w", err)
+	}
+	return out, nil
+}
+
+// ClaimSources gives hostQueue the lease on every source that no live host holds and renews
+// the leases it already holds, each for lease. It returns the sources the host holds now. A
+// lease is taken by one conditional UPDATE, so two hosts never hold the same source.
+func (s *Store) ClaimSources(ctx context.Context, hostQueue string, lease time.Duration) ([]Source, error) {
+	rows, err := s.pool.Query(ctx, `
+		UPDATE sources SET host_queue = $1, lease_until = now() + make_interval(secs => $2)
+		WHERE host_queue IS NULL OR host_queue = $1 OR lease_until IS NULL OR lease_until < now()
+		RETURNING `+sourceColumns, hostQueue, lease.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("ledger: claim sources: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Source, error) { return scanSource(r) })
+	if err != nil {
+		return nil, fmt.Errorf("ledger: claim sources: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Source) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// ReleaseSource gives up hostQueue's lease on a source (on shutdown), so another host can take
+// it at once. Releasing a lease the host does not hold does nothing.
+func (s *Store) ReleaseSource(ctx context.Context, sourceID int64, hostQueue string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE sources SET lease_until = NULL, host_queue = NULL
+		WHERE id = $1 AND host_queue = $2`, sourceID, hostQueue)
+	if err != nil {
+		return fmt.Errorf("ledger: release source %d: %w", sourceID, err)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+// Package workerapp assembles an mcpsync worker: the ledger (migrations applied at start), the
+// Temporal worker running workflows and ledger activities on the shared queue, and the session
+// host with its session-bound activities on a queue of its own. mcpsync-worker runs one; tests
+// run several in-process.
+package workerapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"go.uber.org/zap"
+
+	"github.com/mcpsync/mcpsync/activities"
+	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/logging"
+	"github.com/mcpsync/mcpsync/internal/mcphost"
+	"github.com/mcpsync/mcpsync/workflows"
+)
+
+// Config configures a worker.
+type Config struct {
+	DatabaseURL     string
+	TemporalAddress string
+	Namespace       string
+	Logger          *zap.Logger
+	// Client, if set, is used instead of dialling TemporalAddress (tests).
+	Client client.Client
+	// HostQueue names this worker's session-host queue; a unique name is made if empty.
+	HostQueue string
+	// Host tunes the session host (Store, Signaler and Queue are filled in).
+	Host mcphost.Options
+}
+
+// Worker is a running mcpsync worker.
+type Worker struct {
+	Store  *ledger.Store
+	Host   *mcphost.Host
+	Client client.Client
+
+	pool       *pgxpool.Pool
+	ownsClient bool
+	workers    []worker.Worker
+	cancel     context.CancelFunc
+	hostDone   chan struct{}
+	stopOnce   sync.Once
+}
+
+// Start connects to Postgres (applying migrations) and Temporal (registering the search
+// attributes if missing), starts both Temporal workers and the session host. It fails with a
+// clear error if either service is unreachable.
+func Start(ctx context.Context, cfg Config) (*Worker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "default"
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database %q: %w", redact(cfg.DatabaseURL), err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = pool.Ping(pctx)
+	cancel()
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database %s unreachable: %w", redact(cfg.DatabaseURL), err)
+	}
+	if applied, err := dbschema.Apply(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	} else if len(applied) > 0 {
+		cfg.Logger.Info("ledger migrations applied", zap.Ints("versions", applied))
+	}
+	w := &Worker{Store: ledger.New(pool), pool: pool, Client: cfg.Client, hostDone: make(chan struct{})}
+	if w.Client == nil {
+		c, err := client.DialContext(ctx, client.Options{
+			HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: logging.Temporal(cfg.Logger.Named("temporal")),
+		})
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("temporal at %s unreachable: %w", cfg.TemporalAddress, err)
+		}
+		w.Client, w.ownsClient = c, true
+	}
+	if err := EnsureSearchAttributes(ctx, w.Client, cfg.Namespace); err != nil {
+		w.close()
+		return nil, err
+	}
+	queue := cfg.HostQueue
+	if queue == "" {
+		host, _ := os.Hostname()
+		queue = fmt.Sprintf("mcpsync-host-%s-%d-%d", host, os.Getpid(), time.Now().UnixNano()%1e6)
+	}
+	hopts := cfg.Host
+	hopts.Store, hopts.Signaler, hopts.Queue = w.Store, w.Client, queue
+	if hopts.Logger == nil {
+		hopts.Logger = cfg.Logger
+	}
+	w.Host = mcphost.New(hopts)
+
+	main := worker.New(w.Client, contract.TaskQueue, worker.Options{})
+	main.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
+	(&activities.Ledger{Store: w.Store}).Register(main)
+	hostWorker := worker.New(w.Client, queue, worker.Options{})
+	(&activities.Session{Host: w.Host, Store: w.Store}).Register(hostWorker)
+	for _, wk := range []worker.Worker{main, hostWorker} {
+		if err := wk.Start(); err != nil {
+			w.close()
+			return nil, fmt.Errorf("start temporal worker: %w", err)
+		}
+		w.workers = append(w.workers, wk)
+	}
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = hcancel
+	go func() {
+		defer close(w.hostDone)
+		_ = w.Host.Run(hctx)
+	}()
+	cfg.Logger.Info("worker started", zap.String("task_queue", contract.TaskQueue), zap.String("host_queue", queue))
+	return w, nil
+}
+
+// Stop stops the session host (ending its sessions and releasing leases) and the Temporal
+// workers, and closes connections. It is safe to call more than once.
+func (w *Worker) Stop() {
+	w.stopOnce.Do(func() {
+		for _, wk := range w.workers {
+			wk.Stop()
+		}
+		if w.cancel != nil {
+			w.cancel()
+			<-w.hostDone
+		}
+		w.close()
+	})
+}
+
+func (w *Worker) close() {
+	if w.ownsClient {
+		w.Client.Close()
+	}
+	w.pool.Close()
+}
+
+// EnsureSearchAttributes registers the project's Keyword search attributes on namespace if
+// they are missing. Registering an existing attribute is not an error.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	op := c.OperatorService()
+	resp, err := op.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes of namespace %q: %w", namespace, err)
+	}
+	missing := map[string]enums.IndexedValueType{}
+	for _, name := range contract.SearchAttributeNames {
+		if _, ok := resp.GetCustomAttributes()[name]; !ok {
+			missing[name] = enums.INDEXED_VALUE_TYPE_KEYWORD
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	_, err = op.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
+	var exists *serviceerror.AlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("register search attributes on namespace %q: %w", namespace, err)
+	}
+	return nil
+}
+
+func redact(url string) string {
+	if i := strings.Index(url, "@"); i > 0 {
+		if j := strings.Index(url, "://"); j > 0 && j < i {
+			user := url[j+3 : i]
+			if k := strings.Index(user, ":"); k >= 0 {
+				return url[:j+3] + user[:k] + ":***" + url[i:]
+			}
+		}
+	}
+	return url
+}

@@ -1,0 +1,831 @@
+// Package workflows holds mcpsync's Temporal workflows. They orchestrate; the ledger decides:
+// every guarded transition is a ledger activity whose outcome the workflow follows, so a
+// retried, duplicated or slow activity can never regress a version whatever Temporal does.
+// Workflows import neither pgx nor the MCP SDK: they speak to activities through
+// internal/contract, by name.
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/workflows/fsm"
+)
+
+// Ledger outcome names the workflow branches on (internal/ledger defines them; the workflow
+// only sees strings).
+const (
+	outcomeAllocated        = "ALLOCATED"
+	outcomeAccepted         = "ACCEPTED"
+	outcomeRevalidated      = "REVALIDATED"
+	outcomeTombstonePending = "TOMBSTONE_PENDING"
+	outcomeTransitioned     = "TRANSITIONED"
+	outcomeAlreadyDone      = "ALREADY_DONE"
+	outcomeOldSession       = "OLD_SESSION"
+	outcomeOldGeneration    = "OLD_GENERATION"
+)
+
+// Tunables of SubscriptionWorkflow. Variables so that tests can shorten them.
+var (
+	// HistoryThreshold continues as new once history reaches this many events even if the
+	// server has not suggested it yet.
+	HistoryThreshold = 10000
+	// SessionWaitMax bounds the wait between looks for a live session.
+	SessionWaitMax = 30 * time.Second
+	// UnsubscribeRetryMax bounds the wait between unsubscribe retries in UNSUBSCRIBE_UNKNOWN.
+	UnsubscribeRetryMax = time.Minute
+	// EstablishRetryMax bounds the wait between subscribe attempts after failures.
+	EstablishRetryMax = 5 * time.Minute
+	// LateReadWait is how long a closed subscription waits for an in-flight read, so that its
+	// late answer is recorded as STALE_AFTER_CLOSE (R19) rather than lost.
+	LateReadWait = 30 * time.Second
+)
+
+type subscription struct {
+	ctx  workflow.Context
+	in   contract.SubscriptionInput
+	st   *contract.SubscriptionState
+	m    *fsm.Machine
+	log  log.Logger
+	wfID string
+
+	updateCh, unsubCh, sessionCh, revokeCh, reconcileCh workflow.ReceiveChannel
+
+	// nextReason is the reason of the next read (R14).
+	nextReason string
+	// refresh is the pending backstop or poll timer; refreshCancel stops it.
+	refresh       workflow.Future
+	refreshCancel workflow.CancelFunc
+	refreshReason string
+	// upserted is the coarse state last written to the search attributes.
+	upserted string
+	// lateRead is a read still in flight when the subscription closed.
+	lateRead *pendingRead
+}
+
+type pendingRead struct {
+	future  workflow.Future
+	ordinal int64
+	reqID   string
+}
+
+// SubscriptionWorkflow is the long-lived workflow of one (principal, source, URI)
+// subscription: the SPEC state machine with single-flight reads, the close fence, session
+// changes and continue-as-new. It returns when the subscription is CLOSED.
+func SubscriptionWorkflow(ctx workflow.Context, in contract.SubscriptionInput) (contract.StateView, error) {
+	w := &subscription{
+		ctx:         ctx,
+		in:          in,
+		log:         workflow.GetLogger(ctx),
+		wfID:        workflow.GetInfo(ctx).WorkflowExecution.ID,
+		updateCh:    workflow.GetSignalChannel(ctx, contract.SignalResourceUpdated),
+		unsubCh:     workflow.GetSignalChannel(ctx, contract.SignalUnsubscribe),
+		sessionCh:   workflow.GetSignalChannel(ctx, contract.SignalSessionChanged),
+		revokeCh:    workflow.GetSignalChannel(ctx, contract.SignalRevoke),
+		reconcileCh: workflow.GetSignalChannel(ctx, contract.SignalReconcile),
+		nextReason:  "initial",
+	}
+	if in.State != nil {
+		w.st = in.State
+		w.m = &fsm.Machine{State: fsm.State(w.st.Machine), Dirty: w.st.Dirty}
+		w.nextReason = "notification"
+		if w.m.State == fsm.UpdateSeen || w.m.State == fsm.ReadPending {
+			// A run never continues as new with a read in flight; resume with the read.
+			w.m.State = fsm.UpdateSeen
+		}
+	} else {
+		w.st = &contract.SubscriptionState{Counters: contract.Counters{ReadsByReason: map[string]int64{}}}
+		w.m = fsm.New()
+	}
+	if w.st.Counters.ReadsByReason == nil {
+		w.st.Counters.ReadsByReason = map[string]int64{}
+	}
+	if err := workflow.SetQueryHandler(ctx, contract.QueryState, func() (contract.StateView, error) {
+		return w.view(), nil
+	}); err != nil {
+		return contract.StateView{}, err
+	}
+	if in.State == nil {
+		var ref contract.SubscriptionRef
+		if err := w.local(contract.ActEnsureSubscription, contract.EnsureInput{
+			Principal: in.Principal, SourceID: in.SourceID, URI: in.URI, ServerURI: in.ServerURI, WorkflowID: w.wfID,
+		}, &ref); err != nil {
+			return w.view(), fmt.Errorf("ensure subscription: %w", err)
+		}
+		w.st.SubscriptionID, w.st.Generation = ref.ID, ref.Generation
+		w.st.LastAcceptedOrdinal, w.st.LastAcceptedDigest = ref.LastAcceptedOrdinal, ref.LastAcceptedDigest
+		if ref.State != string(fsm.Discovered) {
+			// The workflow restarted over a live ledger row (e.g. after a reset): the server
+			// side is unknown, so subscribe again (R12).
+			w.m.State = fsm.ReconciliationRequired
+			w.st.Reason = "workflow restarted over subscription in " + ref.State
+		}
+	}
+	w.upsertSearch()
+	return w.run()
+}
+
+func (w *subscription) run() (contract.StateView, error) {
+	for {
+		if err := w.ctx.Err(); err != nil {
+			return w.view(), err
+		}
+		w.applyPending()
+		switch w.m.State {
+		case fsm.Closed:
+			w.finish()
+			return w.view(), nil
+		case fsm.Unsubscribing:
+			w.unsubscribeOnServer()
+		case fsm.UnsubscribeUnknown:
+			w.retryUnsubscribe()
+		case fsm.Discovered, fsm.ReconciliationRequired, fsm.Subscribing:
+			w.establish()
+		case fsm.UpdateSeen:
+			w.read()
+		case fsm.Active:
+			if w.shouldContinueAsNew() {
+				if err := w.continueAsNew(); err != nil {
+					return w.view(), err
+				}
+				continue
+			}
+			w.idle()
+		case fsm.TombstonePending:
+			w.waitForSignal()
+		default:
+			return w.view(), fmt.Errorf("subscription in unexpected state %s", w.m.State)
+		}
+		w.upsertSearch()
+	}
+}
+
+// apply performs ev if it is legal now and reports whether it did; an illegal event is
+// logged, never applied.
+func (w *subscription) apply(ev fsm.Event) bool {
+	if err := w.m.Apply(ev); err != nil {
+		w.log.Debug("event ignored", "event", ev, "state", w.m.State, "error", err)
+		return false
+	}
+	return true
+}
+
+// ---- signals -------------------------------------------------------------------------------
+
+func (w *subscription) addSignals(sel workflow.Selector) {
+	sel.AddReceive(w.updateCh, func(c workflow.ReceiveChannel, _ bool) {
+		var u contract.ResourceUpdated
+		c.Receive(w.ctx, &u)
+		w.onUpdate(u)
+	})
+	sel.AddReceive(w.unsubCh, func(c workflow.ReceiveChannel, _ bool) {
+		var u contract.Unsubscribe
+		c.Receive(w.ctx, &u)
+		w.onUnsubscribe(u, "unsubscribed")
+	})
+	sel.AddReceive(w.revokeCh, func(c workflow.ReceiveChannel, _ bool) {
+		var u contract.Unsubscribe
+		c.Receive(w.ctx, &u)
+		w.onUnsubscribe(u, "revoked")
+	})
+	sel.AddReceive(w.sessionCh, func(c workflow.ReceiveChannel, _ bool) {
+		var s contract.SessionChanged
+		c.Receive(w.ctx, &s)
+		w.onSessionChanged(s)
+	})
+	sel.AddReceive(w.reconcileCh, func(c workflow.ReceiveChannel, _ bool) {
+		var r contract.Reconcile
+		c.Receive(w.ctx, &r)
+		w.st.PendingReconcile = true
+	})
+}
+
+// drainSignals records every signal already delivered, without blocking.
+func (w *subscription) drainSignals() {
+	for {
+		sel := workflow.NewSelector(w.ctx)
+		w.addSignals(sel)
+		if !sel.HasPending() {
+			return
+		}
+		sel.Select(w.ctx)
+	}
+}
+
+func (w *subscription) onUpdate(u contract.ResourceUpdated) {
+	c := &w.st.Counters
+	c.Notifications++
+	if u.SessionGeneration < w.st.LastNotificationGen ||
+		(u.SessionGeneration == w.st.LastNotificationGen && u.Seq <= w.st.LastNotificationSeq) ||
+		u.SessionGeneration < w.st.SessionGeneration || w.m.State.Closing() {
+		// A duplicate, a notification of an older session (R12), or one after close (R19).
+		c.NotificationsStale++
+		return
+	}
+	w.st.LastNotificationGen, w.st.LastNotificationSeq = u.SessionGeneration, u.Seq
+	if w.m.State == fsm.Active {
+		w.nextReason = "notification"
+	}
+	if !w.apply(fsm.Update) {
+		// Not live yet (subscribing, reconciling): the read that follows establishing covers it.
+		w.st.PendingUpdate = true
+	}
+}
+
+func (w *subscription) onUnsubscribe(u contract.Unsubscribe, kind string) {
+	if u.ID != "" {
+		for _, id := range w.st.LastSignalIDs {
+			if id == u.ID {
+				return
+			}
+		}
+		w.st.LastSignalIDs = append(w.st.LastSignalIDs, u.ID)
+		if len(w.st.LastSignalIDs) > 16 {
+			w.st.LastSignalIDs = w.st.LastSignalIDs[len(w.st.LastSignalIDs)-16:]
+		}
+	}
+	if w.m.State.Closing() || w.st.PendingUnsubscribe != "" {
+		return
+	}
+	reason := kind
+	if u.Reason != "" {
+		reason = kind + ": " + u.Reason
+	}
+	w.st.PendingUnsubscribe = reason
+}
+
+func (w *subscription) onSessionChanged(s contract.SessionChanged) {
+	if s.Generation > w.st.SessionGeneration && s.Generation > w.st.PendingSessionChange {
+		w.st.PendingSessionChange = s.Generation
+	}
+}
+
+// applyPending acts on recorded signals. The close fence comes first, at once (R18): a read
+// in flight is then refused by the ledger when it returns (R19).
+func (w *subscription) applyPending() {
+	if w.st.PendingUnsubscribe != "" && !w.m.State.Closing() {
+		w.beginClose(w.st.PendingUnsubscribe)
+	}
+	w.st.PendingUnsubscribe = ""
+	if g := w.st.PendingSessionChange; g > 0 {
+		w.st.PendingSessionChange = 0
+		if g > w.st.SessionGeneration {
+			switch {
+			case w.m.State.Closing():
+				// The ledger closed in-flight or unknown unsubscribes of the old session (R20).
+				if ref, err := w.ledgerState(); err == nil && ref.State == string(fsm.Closed) {
+					w.apply(fsm.SessionEnded)
+				}
+			case w.m.State == fsm.Discovered:
+				// Never bound to a session: establishing picks up the new one.
+			default:
+				if w.st.SessionGeneration > 0 && w.apply(fsm.SessionEnded) {
+					w.nextReason = "session_change"
+					w.st.Reason = fmt.Sprintf("session changed to generation %d", g)
+				}
+			}
+		}
+	}
+	if w.st.PendingReconcile {
+		w.st.PendingReconcile = false
+		w.st.EstablishFailures = 0
+		if w.m.State == fsm.ReconciliationRequired {
+			w.nextReason = "reconcile"
+		}
+	}
+}
+
+// await blocks until f is ready, recording every signal that arrives meanwhile and passing
+// the close fence as soon as an unsubscribe or revocation arrives.
+func (w *subscription) await(f workflow.Future) {
+	for !f.IsReady() {
+		sel := workflow.NewSelector(w.ctx)
+		sel.AddFuture(f, func(workflow.Future) {})
+		w.addSignals(sel)
+		sel.Select(w.ctx)
+		if w.st.PendingUnsubscribe != "" && !w.m.State.Closing() {
+			w.beginClose(w.st.PendingUnsubscribe)
+			w.st.PendingUnsubscribe = ""
+		}
+		if w.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// sleep waits d or until a signal arrives, whichever is first.
+func (w *subscription) sleep(d time.Duration) {
+	ctx, cancel := workflow.WithCancel(w.ctx)
+	defer cancel()
+	timer := workflow.NewTimer(ctx, d)
+	sel := workflow.NewSelector(w.ctx)
+	sel.AddFuture(timer, func(workflow.Future) {})
+	w.addSignals(sel)
+	sel.Select(w.ctx)
+}
+
+func (w *subscription) waitForSignal() {
+	sel := workflow.NewSelector(w.ctx)
+	w.addSignals(sel)
+	sel.Select(w.ctx)
+}
+
+// ---- establishing --------------------------------------------------------------------------
+
+// establish (re)subscribes on the source's current session: BeginSubscribe (fenced on the
+// live generation), MCP subscribe on the host holding the session unless the server lacks
+// resources.subscribe (then we poll, R11), Activate, then a read.
+func (w *subscription) establish() {
+	var sess contract.SessionInfo
+	if err := w.local(contract.ActCurrentSession, w.in.SourceID, &sess); err != nil {
+		w.failEstablish("looking up the session: " + err.Error())
+		return
+	}
+	if !sess.Live {
+		w.st.Reason = "waiting for a live session of source " + w.in.Source
+		w.sleep(backoff(w.st.EstablishFailures, 2*time.Second, SessionWaitMax))
+		w.st.EstablishFailures++
+		return
+	}
+	var tr contract.TransitionOutput
+	if err := w.local(contract.ActBeginSubscribe, w.transition(sess.Generation, ""), &tr); err != nil {
+		w.failEstablish("begin subscribe: " + err.Error())
+		return
+	}
+	if !okOutcome(tr.Outcome) {
+		w.st.Reason = fmt.Sprintf("subscribe on generation %d refused in %s", sess.Generation, tr.State)
+		w.sleep(backoff(w.st.EstablishFailures, time.Second, SessionWaitMax))
+		w.st.EstablishFailures++
+		return
+	}
+	if w.m.State != fsm.Subscribing && !w.apply(fsm.Subscribe) {
+		return
+	}
+	w.st.SessionGeneration, w.st.HostQueue, w.st.CanSubscribe = sess.Generation, sess.HostQueue, sess.CanSubscribe
+	if sess.CanSubscribe {
+		f := workflow.ExecuteActivity(w.hostCtx(30*time.Second, 3), contract.ActMCPSubscribe, w.sessionCall())
+		w.await(f)
+		if w.m.State.Closing() {
+			return
+		}
+		if err := f.Get(w.ctx, nil); err != nil {
+			w.apply(fsm.SubscribeFailed)
+			w.failEstablish("MCP subscribe: " + rootMessage(err))
+			return
+		}
+	}
+	if w.m.State != fsm.Subscribing {
+		return // a session change or close arrived meanwhile
+	}
+	if err := w.local(contract.ActActivate, w.transition(sess.Generation, ""), &tr); err != nil || !okOutcome(tr.Outcome) {
+		w.apply(fsm.IdentityUnknown)
+		w.st.Reason = fmt.Sprintf("activation on generation %d refused (%s %s)", sess.Generation, tr.Outcome, tr.State)
+		return
+	}
+	w.apply(fsm.Subscribed)
+	w.st.EstablishFailures, w.st.Reason, w.st.PendingUpdate = 0, "", false
+	w.apply(fsm.Update) // initial, session_change or reconcile read (R12)
+}
+
+func (w *subscription) failEstablish(reason string) {
+	w.st.Reason = reason
+	if w.m.State == fsm.Subscribing || w.m.State == fsm.Discovered {
+		w.apply(fsm.SubscribeFailed)
+		w.apply(fsm.IdentityUnknown)
+	}
+	var tr contract.TransitionOutput
+	_ = w.local(contract.ActMarkReconciliationRequired, w.transition(0, reason), &tr)
+	w.nextReason = "reconcile"
+	w.sleep(backoff(w.st.EstablishFailures, 2*time.Second, EstablishRetryMax))
+	w.st.EstablishFailures++
+}
+
+// ---- reads ---------------------------------------------------------------------------------
+
+// read runs one single-flight read: allocate the ordinal (R14), read on the session host,
+// then offer the response to the acceptance point (R16). Pulses during the read set the dirty
+// bit; its end then leads to exactly one follow-up read (R13).
+func (w *subscription) read() {
+	reason := w.nextReason
+	if reason == "" {
+		reason = "notification"
+	}
+	w.nextReason = "notification"
+	w.st.ReadSeq++
+	reqID := fmt.Sprintf("%s/g%d/r%d", w.wfID, w.st.Generation, w.st.ReadSeq)
+	var alloc contract.AllocateOutput
+	if err := w.local(contract.ActAllocateReadOrdinal, contract.AllocateInput{
+		SubscriptionID: w.st.SubscriptionID, Generation: w.st.Generation,
+		SessionGeneration: w.st.SessionGeneration, URI: w.in.URI, RequestID: reqID, Reason: reason,
+	}, &alloc); err != nil {
+		w.st.Counters.ReadFailures++
+		w.apply(fsm.IdentityUnknown)
+		w.st.Reason = "allocating a read ordinal failed: " + err.Error()
+		return
+	}
+	if alloc.Outcome != outcomeAllocated {
+		w.st.Counters.Refused++
+		w.st.Reason = fmt.Sprintf("read ordinal refused: %s (ledger state %s)", alloc.Outcome, alloc.State)
+		if !w.m.State.Closing() {
+			w.apply(fsm.IdentityUnknown)
+		}
+		return
+	}
+	if !w.apply(fsm.ReadDispatched) {
+		return
+	}
+	w.st.Counters.Reads++
+	w.st.Counters.ReadsByReason[reason]++
+	f := workflow.ExecuteActivity(w.hostCtx(30*time.Second, 3), contract.ActMCPRead, contract.ReadInput{
+		SourceID: w.in.SourceID, SessionGeneration: w.st.SessionGeneration, ServerURI: w.in.ServerURI,
+		Ordinal: alloc.Ordinal, RequestID: reqID,
+	})
+	w.await(f)
+	w.settleRead(f, alloc.Ordinal, reqID)
+}
+
+// settleRead offers a finished read to the ledger and follows its outcome.
+func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string) {
+	var out contract.ReadOutput
+	if err := f.Get(w.ctx, &out); err != nil {
+		w.st.Counters.ReadFailures++
+		if isStaleSession(err) {
+			w.apply(fsm.SessionEnded)
+			w.st.Reason = "session ended during read"
+			return
+		}
+		w.st.Reason = "read failed: " + rootMessage(err)
+		w.apply(fsm.ReadSettled)
+		return
+	}
+	if !out.Found {
+		w.st.Counters.NotFound++
+		var outcome string
+		if err := w.local(contract.ActRecordNotFound, contract.AcceptInput{
+			SubscriptionID: w.st.SubscriptionID, Generation: w.st.Generation,
+			SessionGeneration: w.st.SessionGeneration, URI: w.in.URI, Ordinal: ordinal, RequestID: reqID,
+		}, &outcome); err != nil {
+			w.st.Reason = "recording not-found failed: " + err.Error()
+			w.apply(fsm.IdentityUnknown)
+			return
+		}
+		if outcome == outcomeTombstonePending {
+			w.apply(fsm.NotFound)
+			w.st.Reason = fmt.Sprintf("read %d answered not found; awaiting reconciliation", ordinal)
+		} else {
+			w.st.Counters.Refused++
+			w.afterRefusal(outcome)
+		}
+		return
+	}
+	var acc contract.AcceptOutput
+	if err := w.local(contract.ActAcceptResourceVersion, contract.AcceptInput{
+		SubscriptionID: w.st.SubscriptionID, Generation: w.st.Generation,
+		SessionGeneration: w.st.SessionGeneration, URI: w.in.URI, Ordinal: ordinal, RequestID: reqID, Read: out,
+	}, &acc); err != nil {
+		w.st.Reason = "accepting failed: " + err.Error()
+		w.apply(fsm.IdentityUnknown)
+		return
+	}
+	switch acc.Outcome {
+	case outcomeAccepted:
+		w.st.Counters.Accepted++
+		w.st.LastAcceptedOrdinal, w.st.LastAcceptedDigest = ordinal, out.Digest
+		w.apply(fsm.Accepted)
+		_ = workflow.UpsertMemo(w.ctx, map[string]any{
+			"lastAcceptedDigest": out.Digest, "lastAcceptedOrdinal": ordinal,
+		})
+		w.apply(fsm.Settle)
+	case outcomeRevalidated:
+		w.st.Counters.Revalidated++
+		w.st.LastAcceptedOrdinal = ordinal
+		w.apply(fsm.ReadSettled)
+	default:
+		w.st.Counters.Refused++
+		w.afterRefusal(acc.Outcome)
+	}
+}
+
+func (w *subscription) afterRefusal(outcome string) {
+	switch {
+	case w.m.State.Closing():
+		// STALE_AFTER_CLOSE: the receipt is the whole effect (R19).
+	case outcome == outcomeOldSession || outcome == outcomeOldGeneration:
+		w.apply(fsm.IdentityUnknown)
+		w.st.Reason = "read refused: " + outcome
+	default:
+		w.apply(fsm.ReadSettled)
+	}
+}
+
+// ---- refresh and idling --------------------------------------------------------------------
+
+// idle waits in ACTIVE for a pulse: a notification, or the backstop (subscribed servers, R28)
+// or poll timer (servers without resources.subscribe, R11), jittered.
+func (w *subscription) idle() {
+	if w.refresh == nil {
+		period, reason := w.in.BackstopSeconds, "backstop"
+		if !w.st.CanSubscribe {
+			period, reason = w.in.PollSeconds, "poll"
+		}
+		if period <= 0 {
+			period = 30
+		}
+		ctx, cancel := workflow.WithCancel(w.ctx)
+		w.refresh, w.refreshCancel = workflow.NewTimer(ctx, w.jitter(time.Duration(period)*time.Second)), cancel
+		w.refreshReason = reason
+	}
+	sel := workflow.NewSelector(w.ctx)
+	sel.AddFuture(w.refresh, func(workflow.Future) {
+		w.refresh, w.refreshCancel = nil, nil
+		if w.m.State == fsm.Active {
+			w.nextReason = w.refreshReason
+			w.apply(fsm.Update)
+		}
+	})
+	w.addSignals(sel)
+	sel.Select(w.ctx)
+}
+
+// jitter spreads d over [0.8d, 1.2d), deterministically per workflow and read count.
+func (w *subscription) jitter(d time.Duration) time.Duration {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d/%d", w.wfID, w.st.ReadSeq, w.st.ContinuedAsNew)
+	frac := float64(h.Sum64()%1000) / 1000
+	return time.Duration(float64(d) * (0.8 + 0.4*frac))
+}
+
+// ---- closing -------------------------------------------------------------------------------
+
+// beginClose passes the close fence in the ledger (R18) and moves to UNSUBSCRIBING.
+func (w *subscription) beginClose(reason string) {
+	if w.refreshCancel != nil {
+		w.refreshCancel()
+		w.refresh, w.refreshCancel = nil, nil
+	}
+	var tr contract.TransitionOutput
+	if err := w.local(contract.ActBeginUnsubscribe, w.transition(0, reason), &tr); err != nil {
+		w.st.Reason = "close fence failed: " + err.Error()
+		w.st.PendingUnsubscribe = reason // try again on the next turn
+		return
+	}
+	w.st.CloseEpoch = tr.CloseEpoch
+	w.st.Reason = reason
+	switch tr.State {
+	case string(fsm.Closed):
+		w.m.State = fsm.Closed
+	case string(fsm.UnsubscribeUnknown):
+		w.m.State = fsm.UnsubscribeUnknown
+	default:
+		if !w.apply(fsm.Unsubscribe) {
+			w.m.State = fsm.Unsubscribing
+		}
+	}
+}
+
+// unsubscribeOnServer sends the MCP unsubscribe on the session the subscription lives on. An
+// acknowledgement closes; a lost or timed-out one leads to UNSUBSCRIBE_UNKNOWN (R20).
+func (w *subscription) unsubscribeOnServer() {
+	if w.st.SessionGeneration == 0 || !w.st.CanSubscribe {
+		w.completeClose()
+		return
+	}
+	w.callUnsubscribe()
+}
+
+func (w *subscription) callUnsubscribe() {
+	w.st.UnsubscribeAttempts++
+	f := workflow.ExecuteActivity(w.hostCtx(10*time.Second, 1), contract.ActMCPUnsubscribe, w.sessionCall())
+	w.await(f)
+	var out contract.UnsubscribeOutput
+	err := f.Get(w.ctx, &out)
+	switch {
+	case err == nil:
+		w.completeClose()
+	case isStaleSession(err) || isScheduleTimeout(err):
+		// The session (or the host holding it) is gone, and the server-side subscription
+		// with it: the ledger closes it when the session's end is recorded.
+		w.closeIfLedgerClosed("session gone before the unsubscribe was acknowledged")
+		if w.m.State != fsm.Closed {
+			w.markUnknown("session unreachable: " + rootMessage(err))
+		}
+	default:
+		w.markUnknown("unsubscribe acknowledgement lost: " + rootMessage(err))
+	}
+}
+
+func (w *subscription) markUnknown(reason string) {
+	if w.m.State == fsm.UnsubscribeUnknown {
+		w.st.Reason = reason
+		return
+	}
+	var tr contract.TransitionOutput
+	if err := w.local(contract.ActMarkUnsubscribeUnknown, w.transition(0, reason), &tr); err == nil && tr.State == string(fsm.Closed) {
+		w.apply(fsm.SessionEnded)
+		return
+	}
+	w.apply(fsm.UnsubscribeLost)
+	w.st.Reason = reason
+}
+
+// retryUnsubscribe retries the unsubscribe on the same session; when that session ends the
+// ledger closes the subscription (R20). It never goes back to ACTIVE.
+func (w *subscription) retryUnsubscribe() {
+	w.sleep(backoff(w.st.UnsubscribeAttempts, 2*time.Second, UnsubscribeRetryMax))
+	w.applyPending()
+	if w.m.State != fsm.UnsubscribeUnknown {
+		return
+	}
+	w.closeIfLedgerClosed("session ended")
+	if w.m.State == fsm.UnsubscribeUnknown {
+		w.callUnsubscribe()
+	}
+}
+
+func (w *subscription) completeClose() {
+	var tr contract.TransitionOutput
+	if err := w.local(contract.ActCompleteUnsubscribe, w.transition(0, ""), &tr); err != nil {
+		w.st.Reason = "completing the close failed: " + err.Error()
+		w.sleep(5 * time.Second)
+		return
+	}
+	if tr.State == string(fsm.Closed) {
+		if !w.apply(fsm.UnsubscribeAcked) {
+			w.m.State = fsm.Closed
+		}
+	}
+}
+
+func (w *subscription) closeIfLedgerClosed(reason string) {
+	ref, err := w.ledgerState()
+	if err == nil && ref.State == string(fsm.Closed) {
+		w.apply(fsm.SessionEnded)
+		w.st.Reason = reason
+	}
+}
+
+func (w *subscription) finish() {
+	if w.refreshCancel != nil {
+		w.refreshCancel()
+	}
+	w.upsertSearch()
+}
+
+// ---- continue-as-new -----------------------------------------------------------------------
+
+func (w *subscription) shouldContinueAsNew() bool {
+	info := workflow.GetInfo(w.ctx)
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= HistoryThreshold
+}
+
+// continueAsNew drains pending signals into the state and continues as new with it; if a
+// drained signal needs action first, it returns nil and the loop handles it.
+func (w *subscription) continueAsNew() error {
+	w.drainSignals()
+	if w.st.PendingUnsubscribe != "" || w.st.PendingSessionChange > 0 || w.m.State != fsm.Active && w.m.State != fsm.UpdateSeen {
+		return nil
+	}
+	if err := workflow.Await(w.ctx, func() bool { return workflow.AllHandlersFinished(w.ctx) }); err != nil {
+		return err
+	}
+	if w.refreshCancel != nil {
+		w.refreshCancel()
+	}
+	w.st.Machine, w.st.Dirty = string(w.m.State), w.m.Dirty
+	w.st.ContinuedAsNew++
+	next := w.in
+	next.State = w.st
+	return workflow.NewContinueAsNewError(w.ctx, contract.SubscriptionWorkflowName, next)
+}
+
+// ---- helpers -------------------------------------------------------------------------------
+
+func (w *subscription) view() contract.StateView {
+	return contract.StateView{
+		State: string(w.m.State), Reason: w.st.Reason, SubscriptionID: w.st.SubscriptionID,
+		Generation: w.st.Generation, SessionGeneration: w.st.SessionGeneration,
+		LastAcceptedOrdinal: w.st.LastAcceptedOrdinal, LastAcceptedDigest: w.st.LastAcceptedDigest,
+		Counters: w.st.Counters,
+	}
+}
+
+func (w *subscription) transition(sessionGen int64, reason string) contract.TransitionInput {
+	if sessionGen == 0 {
+		sessionGen = w.st.SessionGeneration
+	}
+	return contract.TransitionInput{
+		SubscriptionID: w.st.SubscriptionID, Generation: w.st.Generation,
+		SessionGeneration: sessionGen, CloseEpoch: w.st.CloseEpoch, Reason: reason,
+	}
+}
+
+func (w *subscription) sessionCall() contract.SessionCall {
+	return contract.SessionCall{
+		SourceID: w.in.SourceID, SessionGeneration: w.st.SessionGeneration,
+		ServerURI: w.in.ServerURI, SubscriptionID: w.st.SubscriptionID,
+	}
+}
+
+func (w *subscription) ledgerState() (contract.SubscriptionRef, error) {
+	var ref contract.SubscriptionRef
+	err := w.local(contract.ActSubscriptionState, w.st.SubscriptionID, &ref)
+	return ref, err
+}
+
+// coarseState is the state as the ledger and the search attributes name it.
+func coarseState(s fsm.State) string {
+	if s.Live() {
+		return string(fsm.Active)
+	}
+	return string(s)
+}
+
+func (w *subscription) upsertSearch() {
+	state := coarseState(w.m.State)
+	if state == w.upserted {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(w.ctx,
+		contract.SearchSource.ValueSet(w.in.Source),
+		contract.SearchURI.ValueSet(w.in.URI),
+		contract.SearchPrincipal.ValueSet(w.in.Principal),
+		contract.SearchState.ValueSet(state),
+	); err != nil {
+		w.log.Warn("upsert search attributes failed", "error", err)
+		return
+	}
+	w.upserted = state
+}
+
+// local runs a ledger activity as a local activity (one short Postgres transaction).
+func (w *subscription) local(name string, arg any, out any) error {
+	ctx := workflow.WithLocalActivityOptions(w.ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: 10 * time.Minute,
+		StartToCloseTimeout:    15 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        200 * time.Millisecond,
+			BackoffCoefficient:     2,
+			MaximumInterval:        15 * time.Second,
+			NonRetryableErrorTypes: []string{contract.ErrTypePermanent},
+		},
+	})
+	return workflow.ExecuteLocalActivity(ctx, name, arg).Get(w.ctx, out)
+}
+
+// hostCtx routes a session-bound activity to the worker holding the session. A dead host
+// surfaces through the schedule-to-start timeout, which is never retried.
+func (w *subscription) hostCtx(startToClose time.Duration, attempts int32) workflow.Context {
+	return workflow.WithActivityOptions(w.ctx, workflow.ActivityOptions{
+		TaskQueue:              w.st.HostQueue,
+		ScheduleToStartTimeout: 10 * time.Second,
+		StartToCloseTimeout:    startToClose,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        500 * time.Millisecond,
+			BackoffCoefficient:     2,
+			MaximumInterval:        5 * time.Second,
+			MaximumAttempts:        attempts,
+			NonRetryableErrorTypes: []string{contract.ErrTypeStaleSession, contract.ErrTypePermanent},
+		},
+	})
+}
+
+func okOutcome(o string) bool { return o == outcomeTransitioned || o == outcomeAlreadyDone }
+
+func backoff(failures int, base, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < failures && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+func isStaleSession(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == contract.ErrTypeStaleSession
+}
+
+func isScheduleTimeout(err error) bool {
+	var te *temporal.TimeoutError
+	return errors.As(err, &te) && te.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START
+}
+
+func rootMessage(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
+	}
+}
