@@ -77,7 +77,7 @@ func (s *stack) startWorker(queue string) *workerapp.Worker {
 	s.t.Helper()
 	w, err := workerapp.Start(s.ctx, workerapp.Config{
 		DatabaseURL: s.dbURL, Namespace: s.ts.GetDefaultNamespace(), Logger: s.log,
-		Client: s.tc,
+		Client:    s.tc,
 		HostQueue: queue + "-" + strings.ReplaceAll(s.t.Name(), "/", "-"),
 		Host: mcphost.Options{ClaimInterval: 200 * time.Millisecond, Lease: 3 * time.Second,
 			ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: 500 * time.Millisecond},
