@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make run`: the embedded default end to end. Starts mcpsync-dev (Temporal + Web UI + private
+# PostgreSQL) and mcpsync-worker, registers the demo MCP server as source "demo", subscribes to
+# two of its resources and prints a line per accepted version until Ctrl-C; then it stops
+# everything it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$PWD/bin
+data=${MCPSYNC_DATA:-$PWD/.data}
+mkdir -p "$data"
+dev_pid= worker_pid=
+
+stop() {
+  trap - EXIT INT TERM
+  echo
+  echo "run: stopping"
+  [ -n "$worker_pid" ] && kill -TERM "$worker_pid" 2>/dev/null || true
+  [ -n "$worker_pid" ] && wait "$worker_pid" 2>/dev/null || true
+  [ -n "$dev_pid" ] && kill -TERM "$dev_pid" 2>/dev/null || true
+  [ -n "$dev_pid" ] && wait "$dev_pid" 2>/dev/null || true
+  echo "run: stopped (data kept in $data; logs: $data/dev.log, $data/worker.log)"
+}
+trap stop EXIT
+trap 'exit 130' INT TERM
+
+rm -f "$data/dev.env"
+echo "run: starting mcpsync-dev (Temporal, Web UI, PostgreSQL); log: $data/dev.log"
+setsid "$bin/mcpsync-dev" --data-dir "$data" >"$data/dev.log" 2>&1 &
+dev_pid=$!
+for _ in $(seq 1 600); do
+  [ -s "$data/dev.env" ] && break
+  if ! kill -0 "$dev_pid" 2>/dev/null; then
+    wait "$dev_pid" || true
+    dev_pid=
+    echo "run: mcpsync-dev failed to start:" >&2
+    tail -n 20 "$data/dev.log" >&2
+    exit 1
+  fi
+  sleep 0.2
+done
+[ -s "$data/dev.env" ] || { echo "run: mcpsync-dev did not become ready; see $data/dev.log" >&2; exit 1; }
+grep 'ready' "$data/dev.log" | tail -n 1
+set -a; . "$data/dev.env"; set +a
+
+echo "run: starting mcpsync-worker; log: $data/worker.log"
+setsid "$bin/mcpsync-worker" >"$data/worker.log" 2>&1 &
+worker_pid=$!
+
+demo="$bin/mcpsync-demo-server --interval 3s"
+for _ in $(seq 1 150); do
+  if out=$("$bin/mcpsync" source add demo --stdio "$demo" 2>&1); then
+    echo "run: $out"
+    break
+  fi
+  case "$out" in
+    *"already exists"*) echo "run: source demo already registered with another command; keeping it: $out"; break ;;
+  esac
+  kill -0 "$worker_pid" 2>/dev/null || { echo "run: mcpsync-worker exited:" >&2; tail -n 20 "$data/worker.log" >&2; exit 1; }
+  sleep 0.2
+done
+for uri in demo://notes/1 demo://clock/now; do
+  "$bin/mcpsync" subscribe demo "$uri" --wait 60s
+done
+echo "run: Temporal UI: ${TEMPORAL_UI:-http://127.0.0.1:8233} (the subscription workflows are listed there)"
+echo "run: accepted versions (Ctrl-C to stop):"
+"$bin/mcpsync" watch --from-start &
+watch_pid=$!
+wait "$watch_pid"
