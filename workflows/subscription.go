@@ -37,7 +37,10 @@ const (
 var (
 	// HistoryThreshold continues as new once history reaches this many events even if the
 	// server has not suggested it yet.
-	HistoryThreshold = 10000
+	HistoryThreshold = 8000
+	// SignalThreshold continues as new once a run has received this many signals, well below
+	// the server's limit of 10,000 signals per run.
+	SignalThreshold = 4000
 	// SessionWaitMax bounds the wait between looks for a live session.
 	SessionWaitMax = 30 * time.Second
 	// UnsubscribeRetryMax bounds the wait between unsubscribe retries in UNSUBSCRIBE_UNKNOWN.
@@ -67,14 +70,8 @@ type subscription struct {
 	refreshReason string
 	// upserted is the coarse state last written to the search attributes.
 	upserted string
-	// lateRead is a read still in flight when the subscription closed.
-	lateRead *pendingRead
-}
-
-type pendingRead struct {
-	future  workflow.Future
-	ordinal int64
-	reqID   string
+	// signalsThisRun counts signals received by this run (not carried on continue-as-new).
+	signalsThisRun int
 }
 
 // SubscriptionWorkflow is the long-lived workflow of one (principal, source, URI)
@@ -139,6 +136,13 @@ func (w *subscription) run() (contract.StateView, error) {
 			return w.view(), err
 		}
 		w.applyPending()
+		if (w.m.State == fsm.Active || w.m.State == fsm.UpdateSeen) && w.shouldContinueAsNew() {
+			// No read is in flight here: reads are single-flight and synchronous. Checking in
+			// UPDATE_SEEN too matters: under a sustained storm the workflow never idles.
+			if err := w.continueAsNew(); err != nil {
+				return w.view(), err
+			}
+		}
 		switch w.m.State {
 		case fsm.Closed:
 			w.finish()
@@ -152,12 +156,6 @@ func (w *subscription) run() (contract.StateView, error) {
 		case fsm.UpdateSeen:
 			w.read()
 		case fsm.Active:
-			if w.shouldContinueAsNew() {
-				if err := w.continueAsNew(); err != nil {
-					return w.view(), err
-				}
-				continue
-			}
 			w.idle()
 		case fsm.TombstonePending:
 			w.waitForSignal()
@@ -210,17 +208,37 @@ func (w *subscription) addSignals(sel workflow.Selector) {
 
 // drainSignals records every signal already delivered, without blocking.
 func (w *subscription) drainSignals() {
-	for {
-		sel := workflow.NewSelector(w.ctx)
-		w.addSignals(sel)
-		if !sel.HasPending() {
-			return
+	for more := true; more; {
+		more = false
+		var u contract.ResourceUpdated
+		for w.updateCh.ReceiveAsync(&u) {
+			w.onUpdate(u)
+			more = true
 		}
-		sel.Select(w.ctx)
+		var un contract.Unsubscribe
+		for w.unsubCh.ReceiveAsync(&un) {
+			w.onUnsubscribe(un, "unsubscribed")
+			more = true
+		}
+		for w.revokeCh.ReceiveAsync(&un) {
+			w.onUnsubscribe(un, "revoked")
+			more = true
+		}
+		var sc contract.SessionChanged
+		for w.sessionCh.ReceiveAsync(&sc) {
+			w.onSessionChanged(sc)
+			more = true
+		}
+		var r contract.Reconcile
+		for w.reconcileCh.ReceiveAsync(&r) {
+			w.st.PendingReconcile = true
+			more = true
+		}
 	}
 }
 
 func (w *subscription) onUpdate(u contract.ResourceUpdated) {
+	w.signalsThisRun++
 	c := &w.st.Counters
 	c.Notifications++
 	if u.SessionGeneration < w.st.LastNotificationGen ||
@@ -241,6 +259,7 @@ func (w *subscription) onUpdate(u contract.ResourceUpdated) {
 }
 
 func (w *subscription) onUnsubscribe(u contract.Unsubscribe, kind string) {
+	w.signalsThisRun++
 	if u.ID != "" {
 		for _, id := range w.st.LastSignalIDs {
 			if id == u.ID {
@@ -263,6 +282,7 @@ func (w *subscription) onUnsubscribe(u contract.Unsubscribe, kind string) {
 }
 
 func (w *subscription) onSessionChanged(s contract.SessionChanged) {
+	w.signalsThisRun++
 	if s.Generation > w.st.SessionGeneration && s.Generation > w.st.PendingSessionChange {
 		w.st.PendingSessionChange = s.Generation
 	}
@@ -683,7 +703,8 @@ func (w *subscription) finish() {
 
 func (w *subscription) shouldContinueAsNew() bool {
 	info := workflow.GetInfo(w.ctx)
-	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= HistoryThreshold
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= HistoryThreshold ||
+		w.signalsThisRun >= SignalThreshold
 }
 
 // continueAsNew drains pending signals into the state and continues as new with it; if a
@@ -713,7 +734,7 @@ func (w *subscription) view() contract.StateView {
 		State: string(w.m.State), Reason: w.st.Reason, SubscriptionID: w.st.SubscriptionID,
 		Generation: w.st.Generation, SessionGeneration: w.st.SessionGeneration,
 		LastAcceptedOrdinal: w.st.LastAcceptedOrdinal, LastAcceptedDigest: w.st.LastAcceptedDigest,
-		Counters: w.st.Counters,
+		ContinuedAsNew: w.st.ContinuedAsNew, Counters: w.st.Counters,
 	}
 }
 

@@ -122,6 +122,20 @@ func newHarness(t *testing.T) *harness {
 	return &harness{t: t, ctx: ctx, env: env, st: st, src: src, sess: sess, mcp: f}
 }
 
+// fresh returns a harness on the same ledger, source and session with a new test
+// environment, for the next run after continue-as-new.
+func (h *harness) fresh() *harness {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(60 * time.Second)
+	env.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
+	(&activities.Ledger{Store: h.st}).Register(env)
+	h.mcp.register(env)
+	n := *h
+	n.env = env
+	return &n
+}
+
 func (h *harness) input() contract.SubscriptionInput {
 	return contract.SubscriptionInput{Principal: "default", Source: "demo", SourceID: h.src.ID, URI: uri, ServerURI: uri,
 		BackstopSeconds: 3600, PollSeconds: 3600}

@@ -212,5 +212,6 @@ type StateView struct {
 	SessionGeneration   int64
 	LastAcceptedOrdinal int64
 	LastAcceptedDigest  string
+	ContinuedAsNew      int
 	Counters            Counters
 }
