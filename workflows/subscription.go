@@ -120,14 +120,35 @@ func SubscriptionWorkflow(ctx workflow.Context, in contract.SubscriptionInput) (
 		w.st.SubscriptionID, w.st.Generation = ref.ID, ref.Generation
 		w.st.LastAcceptedOrdinal, w.st.LastAcceptedDigest = ref.LastAcceptedOrdinal, ref.LastAcceptedDigest
 		if ref.State != string(fsm.Discovered) {
-			// The workflow restarted over a live ledger row (e.g. after a reset): the server
-			// side is unknown, so subscribe again (R12).
-			w.m.State = fsm.ReconciliationRequired
-			w.st.Reason = "workflow restarted over subscription in " + ref.State
+			w.resume(ref)
 		}
 	}
 	w.upsertSearch()
 	return w.run()
+}
+
+// resume takes over a ledger row that an earlier, ended run left live (the workflow failed or
+// was terminated, and `mcpsync reconcile` started it again). A closing subscription goes on
+// closing on the session it lives on; any other one has an unknown server side and is
+// re-established (R12).
+func (w *subscription) resume(ref contract.SubscriptionRef) {
+	w.st.SessionGeneration, w.st.CloseEpoch = ref.SessionGeneration, ref.CloseEpoch
+	w.st.Reason = "workflow restarted over subscription in " + ref.State
+	switch fsm.State(ref.State) {
+	case fsm.Unsubscribing, fsm.UnsubscribeUnknown:
+		w.m.State = fsm.State(ref.State)
+		var sess contract.SessionInfo
+		if err := w.local(contract.ActCurrentSession, w.in.SourceID, &sess); err == nil && sess.Live && sess.Generation == ref.SessionGeneration {
+			w.st.HostQueue, w.st.CanSubscribe = sess.HostQueue, sess.CanSubscribe
+		} else {
+			w.st.SessionGeneration = 0 // that session is gone; nothing to unsubscribe from
+		}
+	default:
+		var tr contract.TransitionOutput
+		_ = w.local(contract.ActMarkReconciliationRequired, w.transition(0, w.st.Reason), &tr)
+		w.m.State = fsm.ReconciliationRequired
+		w.nextReason = "reconcile"
+	}
 }
 
 func (w *subscription) run() (contract.StateView, error) {
@@ -440,7 +461,9 @@ func (w *subscription) read() {
 	}
 	w.nextReason = "notification"
 	w.st.ReadSeq++
-	reqID := fmt.Sprintf("%s/g%d/r%d", w.wfID, w.st.Generation, w.st.ReadSeq)
+	// Unique per subscription across runs: a run restarted over the same ledger row must not
+	// replay an earlier run's request (the ledger would answer with its first outcome).
+	reqID := fmt.Sprintf("%s/%s/r%d", w.wfID, workflow.GetInfo(w.ctx).WorkflowExecution.RunID, w.st.ReadSeq)
 	var alloc contract.AllocateOutput
 	if err := w.local(contract.ActAllocateReadOrdinal, contract.AllocateInput{
 		SubscriptionID: w.st.SubscriptionID, Generation: w.st.Generation,

@@ -12,10 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
@@ -69,16 +66,7 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 		return err
 	}
 	wfID := contract.SubscriptionWorkflowID(*principal, src.Name, norm)
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       wfID,
-		TaskQueue:                contract.TaskQueue,
-		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			contract.SearchSource.ValueSet(src.Name), contract.SearchURI.ValueSet(norm),
-			contract.SearchPrincipal.ValueSet(*principal), contract.SearchState.ValueSet("DISCOVERED"),
-		),
-	}, contract.SubscriptionWorkflowName, contract.SubscriptionInput{
+	run, err := startSubscription(ctx, tc, wfID, contract.SubscriptionInput{
 		Principal: *principal, Source: src.Name, SourceID: src.ID, URI: norm, ServerURI: pos[1],
 		BackstopSeconds: src.BackstopSeconds, PollSeconds: src.PollSeconds,
 	})
@@ -233,6 +221,11 @@ type statusJSON struct {
 	AcceptedAt          *time.Time `json:"acceptedAt,omitempty"`
 	VerifiedAt          *time.Time `json:"verifiedAt,omitempty"`
 	Deleted             bool       `json:"deleted,omitempty"`
+	// Refresh is how the subscription learns of changes: "notify" (resources.subscribe plus a
+	// backstop re-read) or "poll" (jittered periodic reads, R11). StalenessBoundSeconds is the
+	// longest a change can go unseen while the session is live: one refresh period plus jitter.
+	Refresh               string `json:"refresh,omitempty"`
+	StalenessBoundSeconds int    `json:"stalenessBoundSeconds,omitempty"`
 }
 
 func statusOf(ctx context.Context, st *ledger.Store, s ledger.Subscription) statusJSON {
@@ -245,6 +238,18 @@ func statusOf(ctx context.Context, st *ledger.Store, s ledger.Subscription) stat
 	}
 	if v, err := st.LatestVersion(ctx, s.ID); err == nil {
 		j.MIMEType, j.Size, j.Deleted = v.MIMEType, v.Size, v.Kind == "tombstone"
+	}
+	if s.State == ledger.StateActive || s.State == ledger.StateTombstonePending {
+		if sess, err := st.CurrentSession(ctx, s.SourceID); err == nil && sess.Generation == s.SessionGeneration {
+			if src, err := st.SourceByID(ctx, s.SourceID); err == nil {
+				period := src.PollSeconds
+				j.Refresh = "poll"
+				if sess.Caps.Subscribe {
+					period, j.Refresh = src.BackstopSeconds, "notify"
+				}
+				j.StalenessBoundSeconds = period + (period+4)/5 // the jitter spreads a period over ±20 %
+			}
+		}
 	}
 	return j
 }
@@ -293,11 +298,15 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 		return writeJSON(e.Stdout, out)
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tURI\tPRINCIPAL\tSTATE\tGEN\tSESSION\tISSUED\tACCEPTED\tDIGEST\tMIME\tACCEPTED AT\tREASON")
+	fmt.Fprintln(tw, "SOURCE\tURI\tPRINCIPAL\tSTATE\tGEN\tSESSION\tISSUED\tACCEPTED\tDIGEST\tMIME\tACCEPTED AT\tFRESHNESS\tREASON")
 	for _, s := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Source, s.URI, s.Principal, s.State,
+		fresh := "-"
+		if s.Refresh != "" {
+			fresh = fmt.Sprintf("%s, stale <= %ds", s.Refresh, s.StalenessBoundSeconds)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Source, s.URI, s.Principal, s.State,
 			s.Generation, s.SessionGeneration, s.LastIssuedOrdinal, s.LastAcceptedOrdinal, orDash(s.Digest),
-			orDash(s.MIMEType), fmtTime(s.AcceptedAt), orDash(s.Reason))
+			orDash(s.MIMEType), fmtTime(s.AcceptedAt), fresh, orDash(s.Reason))
 	}
 	return tw.Flush()
 }

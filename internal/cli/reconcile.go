@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/uri"
+)
+
+func init() {
+	register(command{"reconcile", "SOURCE [URI] [--principal P] [--json]: re-run subscriptions that failed or sit in RECONCILIATION_REQUIRED", reconcile})
+}
+
+type reconcileJSON struct {
+	URI        string `json:"uri"`
+	Principal  string `json:"principal"`
+	State      string `json:"state"`
+	Reason     string `json:"reason,omitempty"`
+	WorkflowID string `json:"workflowId"`
+	Action     string `json:"action"`
+}
+
+// subscriptionInput rebuilds the workflow input of a subscription from the ledger.
+func subscriptionInput(src ledger.Source, s ledger.Subscription) contract.SubscriptionInput {
+	return contract.SubscriptionInput{
+		Principal: s.Principal, Source: src.Name, SourceID: src.ID, URI: s.URI, ServerURI: s.ServerURI,
+		BackstopSeconds: src.BackstopSeconds, PollSeconds: src.PollSeconds,
+	}
+}
+
+// startSubscription starts (or finds running) the workflow of a subscription.
+func startSubscription(ctx context.Context, tc client.Client, wfID string, in contract.SubscriptionInput) (client.WorkflowRun, error) {
+	return tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       wfID,
+		TaskQueue:                contract.TaskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			contract.SearchSource.ValueSet(in.Source), contract.SearchURI.ValueSet(in.URI),
+			contract.SearchPrincipal.ValueSet(in.Principal), contract.SearchState.ValueSet("DISCOVERED"),
+		),
+	}, contract.SubscriptionWorkflowName, in)
+}
+
+// reconcile signals running workflows of subscriptions that are not ACTIVE to try again now,
+// and restarts the workflow of every subscription whose workflow is no longer running
+// although the ledger says it is not CLOSED (a failed or terminated run).
+func reconcile(ctx context.Context, e *runEnv, args []string) error {
+	const usage = "mcpsync reconcile SOURCE [URI] [--principal P] [--json]"
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	principal := fs.String("principal", "", "only this principal")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args, 1, 2, usage)
+	if err != nil {
+		return err
+	}
+	st, err := e.store(ctx)
+	if err != nil {
+		return err
+	}
+	src, err := st.SourceByName(ctx, pos[0])
+	if errors.Is(err, ledger.ErrNotFound) {
+		return notFoundErr("unknown source %q (see mcpsync source list)", pos[0])
+	} else if err != nil {
+		return err
+	}
+	f := ledger.SubscriptionFilter{Source: src.Name, Principal: *principal}
+	if len(pos) == 2 {
+		if f.URI, err = uri.Normalize(pos[1]); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	subs, err := st.ListSubscriptions(ctx, f)
+	if err != nil {
+		return err
+	}
+	if len(subs) == 0 && len(pos) == 2 {
+		return notFoundErr("no subscription to %s on %s", f.URI, src.Name)
+	}
+	tc, err := e.temporal(ctx)
+	if err != nil {
+		return err
+	}
+	var out []reconcileJSON
+	for _, s := range subs {
+		r := reconcileJSON{URI: s.URI, Principal: s.Principal, State: string(s.State), Reason: s.StateReason, WorkflowID: s.WorkflowID}
+		if s.State == ledger.StateClosed {
+			r.Action = "none (closed)"
+			out = append(out, r)
+			continue
+		}
+		running := false
+		desc, err := tc.DescribeWorkflowExecution(ctx, s.WorkflowID, "")
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+		case err != nil:
+			return fmt.Errorf("describing %s: %w", s.WorkflowID, err)
+		default:
+			running = desc.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+		}
+		switch {
+		case !running:
+			if _, err := startSubscription(ctx, tc, s.WorkflowID, subscriptionInput(src, s)); err != nil {
+				return fmt.Errorf("restarting %s: %w", s.WorkflowID, err)
+			}
+			r.Action = "restarted workflow"
+		case s.State == ledger.StateActive:
+			r.Action = "none (active)"
+		default:
+			if err := tc.SignalWorkflow(ctx, s.WorkflowID, "", contract.SignalReconcile, contract.Reconcile{ID: newID()}); err != nil {
+				return fmt.Errorf("signalling %s: %w", s.WorkflowID, err)
+			}
+			r.Action = "asked to reconcile now"
+		}
+		out = append(out, r)
+	}
+	if *asJSON {
+		return writeJSON(e.Stdout, out)
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "URI\tPRINCIPAL\tSTATE\tACTION\tREASON")
+	for _, r := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.URI, r.Principal, r.State, r.Action, orDash(r.Reason))
+	}
+	return tw.Flush()
+}
