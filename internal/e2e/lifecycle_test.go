@@ -13,7 +13,6 @@ import (
 	"github.com/mcpsync/mcpsync/internal/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/workflows"
 )
 
 // startChaosHTTP starts a fault-injecting server over streamable HTTP with the given
@@ -48,10 +47,7 @@ func (s *stack) queryState(wfID string) (contract.StateView, error) {
 // server: the workflow continues as new several times, draining signals that arrive in the
 // same workflow task as the switch, and counts every one of them; reads stay coalesced.
 func TestContinueAsNewUnderSignalStorm(t *testing.T) {
-	old := workflows.HistoryThreshold
-	workflows.HistoryThreshold = 1500
-	t.Cleanup(func() { workflows.HistoryThreshold = old })
-	s := newStack(t)
+	s := newStack(t, suggestContinueAsNewAt(1500))
 	s.startChaosHTTP("storm", map[string]string{"demo://notes/1": "v1"})
 	s.mustCLI("subscribe", "storm", "demo://notes/1")
 	sub := s.waitDigest("storm", "demo://notes/1", ledger.Digest([]byte("v1")))

@@ -48,15 +48,29 @@ type stack struct {
 	workers []*workerapp.Worker
 }
 
-func newStack(t *testing.T) *stack {
+// stackOption tunes the Temporal server of a stack.
+type stackOption func(dynamicconfig.StaticClient)
+
+// suggestContinueAsNewAt makes the server suggest continue-as-new once a run's history has n
+// events. The suggestion is recorded in history, so replays stay deterministic.
+func suggestContinueAsNewAt(n int) stackOption {
+	return func(dc dynamicconfig.StaticClient) {
+		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = []dynamicconfig.ConstrainedValue{{Value: n}}
+	}
+}
+
+func newStack(t *testing.T, opts ...stackOption) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ts := temporaltest.NewServer(temporaltest.WithT(t), temporaltest.WithBaseServerOptions(
-		temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
-			dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
-			dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: 1000}},
-		})))
+	dc := dynamicconfig.StaticClient{
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
+		dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: 1000}},
+	}
+	for _, o := range opts {
+		o(dc)
+	}
+	ts := temporaltest.NewServer(temporaltest.WithT(t), temporaltest.WithBaseServerOptions(temporal.WithDynamicConfigClient(dc)))
 	s := &stack{t: t, ctx: ctx, ts: ts, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
 	s.tc = ts.NewClientWithOptions(client.Options{Namespace: ts.GetDefaultNamespace()})
 	t.Cleanup(s.tc.Close)
