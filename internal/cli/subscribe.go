@@ -307,4 +307,3 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	}
 	return tw.Flush()
 }
-
