@@ -46,18 +46,72 @@ func staleSession(err error) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypeStaleSession, err)
 }
 
-// classify turns an MCP call's error into a Temporal error: the session ended under the call
-// → StaleSession; a protocol refusal a retry cannot fix → PermanentMCPError; anything else is
-// returned as is and retried.
-func (a *Session) classify(c *mcphost.Conn, op string, err error) error {
+// ErrorClass says how a failed session-bound MCP call is handled.
+type ErrorClass int
+
+// Error classes, from Classify.
+const (
+	// ClassTransient: retried (internal and implementation-defined server errors, timeouts,
+	// transport hiccups).
+	ClassTransient ErrorClass = iota
+	// ClassPermanent: a retry on the same session cannot fix it (malformed request, unknown
+	// method, invalid params).
+	ClassPermanent
+	// ClassNotFound: the server says the resource does not exist (see IsNotFound).
+	ClassNotFound
+	// ClassSessionEnded: the connection ended under the call; the session is stale.
+	ClassSessionEnded
+)
+
+// String names the class.
+func (c ErrorClass) String() string {
+	switch c {
+	case ClassTransient:
+		return "transient"
+	case ClassPermanent:
+		return "permanent"
+	case ClassNotFound:
+		return "not-found"
+	case ClassSessionEnded:
+		return "session-ended"
+	}
+	return fmt.Sprintf("ErrorClass(%d)", int(c))
+}
+
+// Classify classifies an MCP call's error. A JSON-RPC error the server sent is permanent when
+// its code is a JSON-RPC 2.0 request error (-32700, -32600, -32601, -32602) and not-found when
+// IsNotFound says so; every other code (-32603, the -32000…-32099 server range) is transient.
+// A closed connection or a missing HTTP session is ClassSessionEnded; anything else (a
+// timeout, a transport failure) is transient.
+func Classify(err error) ErrorClass {
 	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
+		return ClassSessionEnded
+	}
+	if IsNotFound(err) {
+		return ClassNotFound
+	}
+	var werr *jsonrpc.Error
+	if errors.As(err, &werr) {
+		switch werr.Code {
+		case jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidParams:
+			return ClassPermanent
+		}
+	}
+	return ClassTransient
+}
+
+// classify turns an MCP call's error into a Temporal error: the session ended under the call
+// → StaleSession; a refusal a retry cannot fix (including not-found outside a read) →
+// PermanentMCPError; anything else is returned wrapped and retried.
+func (a *Session) classify(c *mcphost.Conn, op string, err error) error {
+	class := Classify(err)
+	if class == ClassSessionEnded {
 		return staleSession(fmt.Errorf("%s on generation %d: %w", op, c.Generation(), err))
 	}
 	if cur, ok := a.Host.Current(c.Source().ID); !ok || cur != c {
 		return staleSession(fmt.Errorf("%s on generation %d, which ended: %w", op, c.Generation(), err))
 	}
-	var werr *jsonrpc.Error
-	if errors.As(err, &werr) && werr.Code != jsonrpc.CodeInternalError {
+	if class == ClassPermanent || class == ClassNotFound {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", op, err), contract.ErrTypePermanent, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)

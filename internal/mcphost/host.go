@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,11 +60,19 @@ type Options struct {
 	ClaimInterval time.Duration
 	// ReconnectMin and ReconnectMax bound the jittered reconnect backoff (default 200 ms, 10 s).
 	ReconnectMin, ReconnectMax time.Duration
-	// KeepAlive is the ping interval that detects a dead HTTP peer (default 2 s).
+	// KeepAlive is the ping interval that detects a peer that stopped answering (default
+	// 2 s); two missed pings, each waited for KeepAlive/2, end the session.
 	KeepAlive time.Duration
+	// ConnectTimeout bounds connecting and initializing a session (default 30 s).
+	ConnectTimeout time.Duration
 	// Transport builds the transport of a source; nil means stdio child process or
 	// streamable HTTP as the source says.
 	Transport func(ctx context.Context, src ledger.Source) (mcp.Transport, error)
+	// SourceEvents, if set, is told of every new session of a source and of list_changed
+	// notifications on it (the worker signals the source's SourceWorkflow). Calls for one
+	// session are sequential, outside the MCP client's handlers; list_changed notifications
+	// that arrive while a call runs are coalesced into one call.
+	SourceEvents func(ctx context.Context, ev SourceEvent)
 }
 
 // Host maintains the sessions of the sources it holds.
@@ -73,7 +82,7 @@ type Host struct {
 
 	mu      sync.Mutex
 	conns   map[int64]*Conn
-	running map[int64]context.CancelFunc
+	running map[int64]context.CancelCauseFunc
 	wg      sync.WaitGroup
 	// changed is closed and replaced whenever a session opens or ends, for waiters.
 	changed chan struct{}
@@ -96,6 +105,9 @@ func New(opts Options) *Host {
 	if opts.KeepAlive == 0 {
 		opts.KeepAlive = 2 * time.Second
 	}
+	if opts.ConnectTimeout == 0 {
+		opts.ConnectTimeout = 30 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -104,7 +116,7 @@ func New(opts Options) *Host {
 	}
 	return &Host{
 		opts: opts, log: opts.Logger.Named("mcphost"),
-		conns: map[int64]*Conn{}, running: map[int64]context.CancelFunc{}, changed: make(chan struct{}),
+		conns: map[int64]*Conn{}, running: map[int64]context.CancelCauseFunc{}, changed: make(chan struct{}),
 	}
 }
 
@@ -122,7 +134,7 @@ func (h *Host) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			h.mu.Lock()
 			for _, cancel := range h.running {
-				cancel()
+				cancel(errHostStopping)
 			}
 			h.mu.Unlock()
 			h.wg.Wait()
@@ -148,7 +160,7 @@ func (h *Host) claim(ctx context.Context) {
 		if _, ok := h.running[src.ID]; ok {
 			continue
 		}
-		sctx, cancel := context.WithCancel(ctx)
+		sctx, cancel := context.WithCancelCause(ctx)
 		h.running[src.ID] = cancel
 		h.wg.Add(1)
 		go func() {
@@ -159,14 +171,22 @@ func (h *Host) claim(ctx context.Context) {
 	for id, cancel := range h.running {
 		if !seen[id] {
 			h.log.Warn("lease lost; dropping source", zap.Int64("source", id))
-			cancel()
+			cancel(errLeaseLost)
 			delete(h.running, id)
 		}
 	}
 }
 
+// Causes of a session's context ending, recorded as the session's end reason.
+var (
+	errHostStopping = errors.New("host stopping")
+	errLeaseLost    = errors.New("lease lost to another host")
+)
+
 // maintain connects a source, records each connection as a new generation and reconnects
-// with jittered backoff until ctx ends.
+// with jittered backoff until ctx ends. A session that ends before it lived ReconnectMax counts
+// as a failure, so a server that dies right after initializing is not reconnected in a tight
+// loop.
 func (h *Host) maintain(ctx context.Context, src ledger.Source) {
 	log := h.log.With(zap.String("source", src.Name))
 	failures := 0
@@ -178,18 +198,23 @@ func (h *Host) maintain(ctx context.Context, src ledger.Source) {
 		}
 	}()
 	for ctx.Err() == nil {
+		started := time.Now()
 		reason, err := h.session(ctx, src, log)
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			failures++
 			log.Warn("session failed", zap.Error(err), zap.Int("failures", failures))
-		} else {
+		case time.Since(started) < h.opts.ReconnectMax:
+			failures++
+			log.Info("session ended early; reconnecting", zap.String("reason", reason), zap.Int("failures", failures))
+		default:
 			failures = 0
 			log.Info("session ended; reconnecting", zap.String("reason", reason))
 		}
-		d := h.opts.ReconnectMin << min(failures, 10)
+		d := h.opts.ReconnectMin << min(max(failures-1, 0), 10)
 		if d > h.opts.ReconnectMax || d <= 0 {
 			d = h.opts.ReconnectMax
 		}
@@ -202,13 +227,15 @@ func (h *Host) maintain(ctx context.Context, src ledger.Source) {
 	}
 }
 
-// session runs one connection from connect to end.
+// session runs one connection from connect to end: it connects, records the new generation
+// and its capability receipt, tells every live subscription of the source that the session
+// changed, routes notifications until the connection ends, and records the end.
 func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) (string, error) {
 	tr, err := h.opts.Transport(ctx, src)
 	if err != nil {
 		return "", fmt.Errorf("transport: %w", err)
 	}
-	c := &Conn{source: src, notes: make(chan notification, 4096), host: h}
+	c := &Conn{source: src, host: h, wake: make(chan struct{}, 1), uris: map[string]*uriSubscription{}}
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpsync", Version: "0.1.0"}, &mcp.ClientOptions{
 		Capabilities:               &mcp.ClientCapabilities{},
 		ResourceUpdatedHandler:     c.onUpdated,
@@ -216,7 +243,7 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) 
 		KeepAlive:                  h.opts.KeepAlive,
 		KeepAliveFailureThreshold:  2,
 	})
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, h.opts.ConnectTimeout)
 	cs, err := client.Connect(cctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	cancel()
 	if err != nil {
@@ -229,7 +256,7 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) 
 	}
 	sess, live, err := h.opts.Store.OpenSession(ctx, src.ID, h.opts.Queue, c.caps)
 	if err != nil {
-		cs.Close()
+		_ = cs.Close()
 		return "", fmt.Errorf("open session: %w", err)
 	}
 	c.gen = sess.Generation
@@ -238,32 +265,37 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) 
 		zap.Bool("subscribe", c.caps.Subscribe), zap.Bool("listChanged", c.caps.ListChanged),
 		zap.String("server", c.caps.ServerName+" "+c.caps.ServerVersion))
 	h.setConn(src.ID, c)
+	h.startSourceEvents(ctx, c)
 	routed := make(chan struct{})
+	stopRouting := make(chan struct{})
 	go func() {
 		defer close(routed)
-		c.route(log)
+		c.route(stopRouting, log)
 	}()
-	for _, sub := range live {
-		if err := h.opts.Signaler.SignalWorkflow(ctx, sub.WorkflowID, "", contract.SignalSessionChanged,
-			contract.SessionChanged{Generation: c.gen}); err != nil {
-			log.Debug("session-changed signal not delivered", zap.String("workflow", sub.WorkflowID), zap.Error(err))
-		}
-	}
+	// Signalled in the background, so that a slow Temporal never delays noticing the end.
+	h.wg.Go(func() { h.signalSessionChanged(ctx, c.gen, live, log) })
 	done := make(chan error, 1)
 	go func() { done <- cs.Wait() }()
 	reason := "connection closed"
 	select {
 	case <-ctx.Done():
 		reason = "host stopping"
-		cs.Close()
+		if cause := context.Cause(ctx); cause != nil && cause != context.Canceled {
+			reason = cause.Error()
+		}
+		_ = cs.Close()
 		<-done
 	case err := <-done:
 		if err != nil {
 			reason = "connection closed: " + err.Error()
 		}
+		// Release the transport: reaps a dead stdio child, ends the keep-alive.
+		_ = cs.Close()
 	}
 	h.clearConn(src.ID, c)
-	close(c.notes)
+	h.stopSourceEvents(c)
+	// Route what arrived before the end under this generation, then record the end.
+	close(stopRouting)
 	<-routed
 	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer ecancel()
@@ -271,6 +303,57 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) 
 		log.Warn("recording session end failed", zap.Error(err))
 	}
 	return reason, nil
+}
+
+// signalParallelism bounds the concurrent SessionChanged signals of one new session.
+const signalParallelism = 8
+
+// signalSessionChanged tells every live subscription of the source that its session changed
+// to generation gen (R12). A signal that cannot be delivered is retried a few times; the
+// subscription is fenced in the ledger anyway, so its next read is refused and it
+// re-establishes itself.
+func (h *Host) signalSessionChanged(ctx context.Context, gen int64, live []ledger.LiveSubscription, log *zap.Logger) {
+	work := make(chan ledger.LiveSubscription)
+	var wg sync.WaitGroup
+	for range min(signalParallelism, len(live)) {
+		wg.Go(func() {
+			for sub := range work {
+				err := retry(ctx, func(ctx context.Context) error {
+					return h.opts.Signaler.SignalWorkflow(ctx, sub.WorkflowID, "", contract.SignalSessionChanged,
+						contract.SessionChanged{Generation: gen})
+				})
+				if err != nil {
+					log.Warn("session-changed signal not delivered", zap.String("workflow", sub.WorkflowID), zap.Error(err))
+				}
+			}
+		})
+	}
+	for _, sub := range live {
+		work <- sub
+	}
+	close(work)
+	wg.Wait()
+}
+
+// retry runs f up to three times with a short backoff, each attempt bounded by 10 s.
+func retry(ctx context.Context, f func(context.Context) error) error {
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (after %d attempts; last error: %w)", ctx.Err(), attempt, err)
+			case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = f(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 func receipt(cs *mcp.ClientSession) ledger.CapabilityReceipt {
@@ -359,14 +442,24 @@ type Conn struct {
 	cs     *mcp.ClientSession
 	gen    int64
 	caps   ledger.CapabilityReceipt
-	seq    atomic.Int64
-	notes  chan notification
 	// listChanged counts notifications/resources/list_changed received on this session.
 	listChanged atomic.Int64
+	events      atomic.Pointer[sourceEvents] // forwarder of Options.SourceEvents, if any
+
+	// nmu guards the notification queue. Notifications are stamped with seq in arrival order
+	// (the go-sdk calls the handler for one notification at a time) and queued without
+	// blocking the connection; route drains the queue in order.
+	nmu    sync.Mutex
+	seq    int64
+	queue  []notification
+	ended  bool // route has finished: later arrivals are recorded by the handler itself
+	wake   chan struct{}
+	routeM sync.Mutex // serializes record between route and late arrivals
 
 	mu sync.Mutex
-	// holders maps a server URI to the subscriptions holding its server-side subscription.
-	holders map[string]map[int64]bool
+	// uris holds, per server URI, the server-side subscription of this session and the
+	// subscriptions holding it.
+	uris map[string]*uriSubscription
 }
 
 type notification struct {
@@ -374,7 +467,20 @@ type notification struct {
 	serverURI string
 }
 
-// Session returns the MCP client session.
+// uriSubscription is the server-side subscription of one URI on one session. Its mutex
+// serializes resources/subscribe and resources/unsubscribe of the URI, so that a subscribe
+// can never be overtaken by the unsubscribe of the last previous holder.
+type uriSubscription struct {
+	mu      sync.Mutex
+	holders map[int64]bool
+	// confirmed: the server acknowledged resources/subscribe and no unsubscribe has been
+	// sent since. After an unsubscribe whose acknowledgement was lost the server side is
+	// unknown, so the next subscriber sends resources/subscribe again.
+	confirmed bool
+}
+
+// Session returns the MCP client session, for session-bound calls; its lifetime belongs to
+// the host (do not Close it).
 func (c *Conn) Session() *mcp.ClientSession { return c.cs }
 
 // Generation returns the session generation.
@@ -389,107 +495,188 @@ func (c *Conn) Source() ledger.Source { return c.source }
 // ListChangedCount returns how many list_changed notifications this session has received.
 func (c *Conn) ListChangedCount() int64 { return c.listChanged.Load() }
 
+// Holders returns the IDs of the subscriptions holding the server-side subscription of
+// serverURI on this session, sorted.
+func (c *Conn) Holders(serverURI string) []int64 {
+	us := c.uriSub(serverURI, false)
+	if us == nil {
+		return nil
+	}
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	out := make([]int64, 0, len(us.holders))
+	for id := range us.holders {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (c *Conn) onUpdated(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 	if req == nil || req.Params == nil {
 		return
 	}
-	// Stamped in arrival order; the router keeps that order.
-	n := notification{seq: c.seq.Add(1), serverURI: req.Params.URI}
-	defer func() { recover() }() // the channel closes when the session ends
-	c.notes <- n
+	c.nmu.Lock()
+	c.seq++
+	n := notification{seq: c.seq, serverURI: req.Params.URI}
+	if c.ended {
+		c.nmu.Unlock()
+		// The session is over and its router gone: record it here, still under its own
+		// generation, so that the ledger audits it rather than it being lost.
+		c.record(n, c.host.log)
+		return
+	}
+	c.queue = append(c.queue, n)
+	c.nmu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (c *Conn) onListChanged(context.Context, *mcp.ResourceListChangedRequest) {
 	c.listChanged.Add(1)
+	c.kickSourceEvents()
 }
 
-// route records each notification in the ledger and signals the subscriptions it matches.
-func (c *Conn) route(log *zap.Logger) {
-	store, sig := c.host.opts.Store, c.host.opts.Signaler
-	for n := range c.notes {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		norm, err := uri.Normalize(n.serverURI)
-		if err != nil {
-			if _, aerr := store.AuditMalformedNotification(ctx, c.source.ID, c.gen, n.seq, n.serverURI, err.Error()); aerr != nil {
-				log.Warn("auditing malformed notification failed", zap.Error(aerr))
+// route records the queued notifications in order until stop is closed and the queue is
+// empty.
+func (c *Conn) route(stop <-chan struct{}, log *zap.Logger) {
+	for {
+		c.nmu.Lock()
+		batch := c.queue
+		c.queue = nil
+		stopping := false
+		if len(batch) == 0 {
+			select {
+			case <-stop:
+				stopping = true
+				c.ended = true
+			default:
 			}
-			cancel()
-			continue
 		}
-		targets, audit, err := store.RecordNotification(ctx, ledger.Notification{
+		c.nmu.Unlock()
+		if stopping {
+			return
+		}
+		for _, n := range batch {
+			c.record(n, log)
+		}
+		if len(batch) == 0 {
+			select {
+			case <-c.wake:
+			case <-stop:
+			}
+		}
+	}
+}
+
+// record normalizes a notification's URI, records it in the ledger and signals the
+// subscriptions it matches. The ledger writes an audit receipt instead when it matches
+// nothing live (old session, unknown URI, closed subscription, repeated sequence number).
+func (c *Conn) record(n notification, log *zap.Logger) {
+	c.routeM.Lock()
+	defer c.routeM.Unlock()
+	store, sig := c.host.opts.Store, c.host.opts.Signaler
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	norm, err := uri.Normalize(n.serverURI)
+	if err != nil {
+		if aerr := retry(ctx, func(ctx context.Context) error {
+			_, err := store.AuditMalformedNotification(ctx, c.source.ID, c.gen, n.seq, n.serverURI, err.Error())
+			return err
+		}); aerr != nil {
+			log.Warn("auditing malformed notification failed", zap.String("uri", n.serverURI), zap.Error(aerr))
+		}
+		return
+	}
+	var targets []ledger.NotificationTarget
+	var audit string
+	err = retry(ctx, func(ctx context.Context) error {
+		var err error
+		targets, audit, err = store.RecordNotification(ctx, ledger.Notification{
 			SourceID: c.source.ID, SessionGeneration: c.gen, Seq: n.seq, URI: norm, ServerURI: n.serverURI,
 		})
-		if err != nil {
-			log.Warn("recording notification failed", zap.String("uri", n.serverURI), zap.Error(err))
-		} else if audit != "" {
-			log.Debug("notification audited", zap.String("uri", n.serverURI), zap.String("audit", audit))
-		}
-		for _, t := range targets {
-			if err := sig.SignalWorkflow(ctx, t.WorkflowID, "", contract.SignalResourceUpdated, contract.ResourceUpdated{
-				SessionGeneration: c.gen, Seq: n.seq, ServerURI: n.serverURI,
-			}); err != nil {
-				log.Warn("signalling subscription failed", zap.String("workflow", t.WorkflowID), zap.Error(err))
-			}
-		}
-		cancel()
+		return err
+	})
+	if err != nil {
+		log.Warn("recording notification failed", zap.String("uri", n.serverURI), zap.Int64("seq", n.seq), zap.Error(err))
+		return
 	}
+	if audit != "" {
+		log.Debug("notification audited", zap.String("uri", n.serverURI), zap.String("audit", audit))
+	}
+	for _, t := range targets {
+		if err := retry(ctx, func(ctx context.Context) error {
+			return sig.SignalWorkflow(ctx, t.WorkflowID, "", contract.SignalResourceUpdated, contract.ResourceUpdated{
+				SessionGeneration: c.gen, Seq: n.seq, ServerURI: n.serverURI,
+			})
+		}); err != nil {
+			log.Warn("signalling subscription failed", zap.String("workflow", t.WorkflowID), zap.Error(err))
+		}
+	}
+}
+
+// uriSub returns the server-side subscription record of serverURI, creating it if asked.
+func (c *Conn) uriSub(serverURI string, create bool) *uriSubscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	us := c.uris[serverURI]
+	if us == nil && create {
+		us = &uriSubscription{holders: map[int64]bool{}}
+		c.uris[serverURI] = us
+	}
+	return us
 }
 
 // Subscribe makes sure the server-side subscription of serverURI exists on this session and
-// records subscriptionID as one of its holders. Only the first holder sends
-// resources/subscribe.
+// records subscriptionID as one of its holders. Only a subscriber that finds no confirmed
+// server-side subscription sends resources/subscribe; on error it does not become a holder.
 func (c *Conn) Subscribe(ctx context.Context, serverURI string, subscriptionID int64) error {
-	c.mu.Lock()
-	if c.holders == nil {
-		c.holders = map[string]map[int64]bool{}
+	us := c.uriSub(serverURI, true)
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if !us.confirmed {
+		if err := c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: serverURI}); err != nil {
+			return fmt.Errorf("resources/subscribe %s: %w", serverURI, err)
+		}
+		us.confirmed = true
 	}
-	hs := c.holders[serverURI]
-	if len(hs) > 0 {
-		hs[subscriptionID] = true
-		c.mu.Unlock()
-		return nil
-	}
-	c.mu.Unlock()
-	if err := c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: serverURI}); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.holders[serverURI] == nil {
-		c.holders[serverURI] = map[int64]bool{}
-	}
-	c.holders[serverURI][subscriptionID] = true
+	us.holders[subscriptionID] = true
 	return nil
 }
 
 // Unsubscribe releases subscriptionID's hold on serverURI. The last holder sends
 // resources/unsubscribe (sent=true) and stays a holder until the server acknowledges, so that
-// a retry after a lost acknowledgement sends again (R20). Others only drop their hold.
+// a retry after a lost acknowledgement sends again (R20). Others only drop their hold; a
+// subscription that holds nothing on this session sends nothing.
 func (c *Conn) Unsubscribe(ctx context.Context, serverURI string, subscriptionID int64) (sent bool, err error) {
-	c.mu.Lock()
-	hs := c.holders[serverURI]
-	if !hs[subscriptionID] {
-		c.mu.Unlock()
+	us := c.uriSub(serverURI, false)
+	if us == nil {
 		return false, nil
 	}
-	if len(hs) > 1 {
-		delete(hs, subscriptionID)
-		c.mu.Unlock()
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if !us.holders[subscriptionID] {
 		return false, nil
 	}
-	c.mu.Unlock()
+	if len(us.holders) > 1 {
+		delete(us.holders, subscriptionID)
+		return false, nil
+	}
+	// Whatever the answer, the server side is no longer known to be subscribed.
+	us.confirmed = false
 	if err := c.cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: serverURI}); err != nil {
-		return true, err
+		return true, fmt.Errorf("resources/unsubscribe %s: %w", serverURI, err)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.holders[serverURI], subscriptionID)
+	delete(us.holders, subscriptionID)
 	return true, nil
 }
 
 // DefaultTransport starts a stdio source as a child process (stderr passed through, killed
-// with its parent) or connects a streamable HTTP source with few reconnect retries and
-// keep-alive, so a dead peer is noticed within seconds.
+// with its parent) or connects a streamable HTTP source with a single reconnect retry of its
+// event stream, so that a dead or restarted HTTP server ends the session within seconds (the
+// go-sdk default of five retries takes ~17 s); keep-alive pings catch a peer that hangs.
 func DefaultTransport(_ context.Context, src ledger.Source) (mcp.Transport, error) {
 	switch src.Transport {
 	case ledger.TransportStdio:
