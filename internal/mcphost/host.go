@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -449,12 +450,14 @@ type Conn struct {
 	// nmu guards the notification queue. Notifications are stamped with seq in arrival order
 	// (the go-sdk calls the handler for one notification at a time) and queued without
 	// blocking the connection; route drains the queue in order.
-	nmu    sync.Mutex
-	seq    int64
-	queue  []notification
-	ended  bool // route has finished: later arrivals are recorded by the handler itself
-	wake   chan struct{}
-	routeM sync.Mutex // serializes record between route and late arrivals
+	nmu   sync.Mutex
+	seq   int64
+	queue []notification
+	ended bool // route has finished: later arrivals are recorded by the handler itself
+	wake  chan struct{}
+	// lanes serialize record per lane: notifications of one normalized URI always take the
+	// same lane, so their order is kept while different URIs are routed in parallel.
+	lanes [routeLanes]sync.Mutex
 
 	mu sync.Mutex
 	// uris holds, per server URI, the server-side subscription of this session and the
@@ -559,9 +562,7 @@ func (c *Conn) route(stop <-chan struct{}, log *zap.Logger) {
 		if stopping {
 			return
 		}
-		for _, n := range batch {
-			c.record(n, log)
-		}
+		c.routeBatch(batch, log)
 		if len(batch) == 0 {
 			select {
 			case <-c.wake:
@@ -571,16 +572,61 @@ func (c *Conn) route(stop <-chan struct{}, log *zap.Logger) {
 	}
 }
 
+// routeLanes is how many notifications of different URIs a session routes at once.
+const routeLanes = 8
+
+// lane picks the routing lane of a notification by its normalized URI (its raw string when
+// it does not parse), so that all notifications of one subscription share a lane.
+func lane(norm, raw string) int {
+	key := norm
+	if key == "" {
+		key = raw
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % routeLanes)
+}
+
+// routeBatch records a batch: each lane in order, the lanes in parallel. It returns when the
+// whole batch is recorded, so the next batch cannot overtake it.
+func (c *Conn) routeBatch(batch []notification, log *zap.Logger) {
+	if len(batch) == 1 {
+		c.record(batch[0], log)
+		return
+	}
+	var byLane [routeLanes][]notification
+	for _, n := range batch {
+		norm, _ := uri.Normalize(n.serverURI)
+		i := lane(norm, n.serverURI)
+		byLane[i] = append(byLane[i], n)
+	}
+	var wg sync.WaitGroup
+	for _, ns := range byLane {
+		if len(ns) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, n := range ns {
+				c.record(n, log)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // record normalizes a notification's URI, records it in the ledger and signals the
 // subscriptions it matches. The ledger writes an audit receipt instead when it matches
 // nothing live (old session, unknown URI, closed subscription, repeated sequence number).
 func (c *Conn) record(n notification, log *zap.Logger) {
-	c.routeM.Lock()
-	defer c.routeM.Unlock()
+	norm, err := uri.Normalize(n.serverURI)
+	mu := &c.lanes[lane(norm, n.serverURI)]
+	mu.Lock()
+	defer mu.Unlock()
 	store, sig := c.host.opts.Store, c.host.opts.Signaler
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	norm, err := uri.Normalize(n.serverURI)
 	if err != nil {
 		if aerr := retry(ctx, func(ctx context.Context) error {
 			_, err := store.AuditMalformedNotification(ctx, c.source.ID, c.gen, n.seq, n.serverURI, err.Error())
