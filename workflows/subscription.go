@@ -72,6 +72,15 @@ type subscription struct {
 	upserted string
 	// signalsThisRun counts signals received by this run (not carried on continue-as-new).
 	signalsThisRun int
+	// lateReads are reads still in flight when the close fence passed.
+	lateReads []lateRead
+}
+
+// lateRead is a read dispatched before the close fence whose answer had not arrived.
+type lateRead struct {
+	future  workflow.Future
+	ordinal int64
+	reqID   string
 }
 
 // SubscriptionWorkflow is the long-lived workflow of one (principal, source, URI)
@@ -491,8 +500,35 @@ func (w *subscription) read() {
 		SourceID: w.in.SourceID, SessionGeneration: w.st.SessionGeneration, ServerURI: w.in.ServerURI,
 		Ordinal: alloc.Ordinal, RequestID: reqID,
 	})
-	w.await(f)
+	if !w.awaitUnlessClosing(f) {
+		// The close fence passed while the read was in flight: close now, and settle the read
+		// whenever it answers, after CLOSED if need be (R19).
+		w.lateReads = append(w.lateReads, lateRead{future: f, ordinal: alloc.Ordinal, reqID: reqID})
+		return
+	}
 	w.settleRead(f, alloc.Ordinal, reqID)
+}
+
+// awaitUnlessClosing is await that gives up (returning false) once the close fence has
+// passed with f still pending.
+func (w *subscription) awaitUnlessClosing(f workflow.Future) bool {
+	for !f.IsReady() {
+		if w.m.State.Closing() {
+			return false
+		}
+		sel := workflow.NewSelector(w.ctx)
+		sel.AddFuture(f, func(workflow.Future) {})
+		w.addSignals(sel)
+		sel.Select(w.ctx)
+		if w.st.PendingUnsubscribe != "" && !w.m.State.Closing() {
+			w.beginClose(w.st.PendingUnsubscribe)
+			w.st.PendingUnsubscribe = ""
+		}
+		if w.ctx.Err() != nil {
+			return true
+		}
+	}
+	return true
 }
 
 // settleRead offers a finished read to the ledger and follows its outcome.
@@ -715,11 +751,31 @@ func (w *subscription) closeIfLedgerClosed(reason string) {
 	}
 }
 
+// finish ends a CLOSED subscription. Reads still in flight get up to LateReadWait to answer;
+// each answer goes to the acceptance point, which only records STALE_AFTER_CLOSE (R19).
 func (w *subscription) finish() {
 	if w.refreshCancel != nil {
 		w.refreshCancel()
 	}
 	w.upsertSearch()
+	if len(w.lateReads) == 0 {
+		return
+	}
+	ctx, cancel := workflow.WithCancel(w.ctx)
+	defer cancel()
+	timeout := workflow.NewTimer(ctx, LateReadWait)
+	for _, r := range w.lateReads {
+		sel := workflow.NewSelector(w.ctx)
+		sel.AddFuture(r.future, func(workflow.Future) {})
+		sel.AddFuture(timeout, func(workflow.Future) {})
+		sel.Select(w.ctx)
+		if !r.future.IsReady() {
+			w.log.Warn("late read did not answer before the workflow ended", "ordinal", r.ordinal)
+			continue
+		}
+		w.settleRead(r.future, r.ordinal, r.reqID)
+	}
+	w.lateReads = nil
 }
 
 // ---- continue-as-new -----------------------------------------------------------------------
