@@ -50,6 +50,9 @@ var (
 	// LateReadWait is how long a closed subscription waits for an in-flight read, so that its
 	// late answer is recorded as STALE_AFTER_CLOSE (R19) rather than lost.
 	LateReadWait = 30 * time.Second
+	// UnsubscribeTimeout is how long an unsubscribe waits for the server's acknowledgement
+	// before it counts as lost (R20).
+	UnsubscribeTimeout = 5 * time.Second
 )
 
 type subscription struct {
@@ -682,7 +685,7 @@ func (w *subscription) unsubscribeOnServer() {
 
 func (w *subscription) callUnsubscribe() {
 	w.st.UnsubscribeAttempts++
-	f := workflow.ExecuteActivity(w.hostCtx(10*time.Second, 1), contract.ActMCPUnsubscribe, w.sessionCall())
+	f := workflow.ExecuteActivity(w.hostCtx(UnsubscribeTimeout, 1), contract.ActMCPUnsubscribe, w.sessionCall())
 	w.await(f)
 	var out contract.UnsubscribeOutput
 	err := f.Get(w.ctx, &out)

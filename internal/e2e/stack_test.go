@@ -26,6 +26,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/cli"
 	"github.com/mcpsync/mcpsync/internal/config"
+	"github.com/mcpsync/mcpsync/internal/invariants"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 	"github.com/mcpsync/mcpsync/internal/pgtest"
@@ -86,15 +87,20 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	return s
 }
 
-// startWorker starts one more mcpsync worker (Temporal worker + session host) on the stack.
-func (s *stack) startWorker(queue string) *workerapp.Worker {
+// startWorker starts one more mcpsync worker (Temporal worker + session host) on the stack;
+// tune adjusts its session host's options.
+func (s *stack) startWorker(queue string, tune ...func(*mcphost.Options)) *workerapp.Worker {
 	s.t.Helper()
+	h := mcphost.Options{ClaimInterval: 200 * time.Millisecond, Lease: 3 * time.Second,
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: 500 * time.Millisecond}
+	for _, f := range tune {
+		f(&h)
+	}
 	w, err := workerapp.Start(s.ctx, workerapp.Config{
 		DatabaseURL: s.dbURL, Namespace: s.ts.GetDefaultNamespace(), Logger: s.log,
 		Client:    s.tc,
 		HostQueue: queue + "-" + strings.ReplaceAll(s.t.Name(), "/", "-"),
-		Host: mcphost.Options{ClaimInterval: 200 * time.Millisecond, Lease: 3 * time.Second,
-			ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: 500 * time.Millisecond},
+		Host:      h,
 	})
 	if err != nil {
 		s.t.Fatal(err)
@@ -103,6 +109,19 @@ func (s *stack) startWorker(queue string) *workerapp.Worker {
 	s.workers = append(s.workers, w)
 	s.mu.Unlock()
 	return w
+}
+
+// checkInvariants fails the test unless the ledger satisfies every R24 invariant.
+func (s *stack) checkInvariants() invariants.Report {
+	s.t.Helper()
+	rep, err := invariants.Check(s.ctx, s.st.Pool())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if rep.Violations() != 0 {
+		s.t.Errorf("R24 invariants violated: %s", rep)
+	}
+	return rep
 }
 
 func (s *stack) stopWorkers() {
