@@ -58,6 +58,9 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := st.CheckGrant(ctx, *principal, src.ID); err != nil {
+		return deniedErr(err)
+	}
 	tc, err := e.temporal(ctx)
 	if err != nil {
 		return err
@@ -166,6 +169,10 @@ func unsubscribe(ctx context.Context, e *runEnv, args []string) error {
 		}
 		if err != nil {
 			return fmt.Errorf("signalling %s: %w", sub.WorkflowID, err)
+		}
+		if *wait == 0 {
+			fmt.Fprintf(e.Stdout, "%s %s %s: unsubscribe requested (workflow %s)\n", sub.SourceName, sub.URI, sub.Principal, sub.WorkflowID)
+			return nil
 		}
 		sub, err = waitFor(ctx, st, *principal, src.Name, norm, *wait, func(s ledger.Subscription) bool { return s.State == ledger.StateClosed })
 		if err != nil {
