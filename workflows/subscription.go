@@ -77,6 +77,15 @@ type subscription struct {
 	signalsThisRun int
 	// lateReads are reads still in flight when the close fence passed.
 	lateReads []lateRead
+	// duringRead collects the pulses received while a read is in flight.
+	duringRead pulsesDuringRead
+}
+
+// pulsesDuringRead summarizes the notifications received while a read was in flight.
+type pulsesDuringRead struct {
+	pulses  int64
+	latest  time.Time // newest host arrival time among them
+	untimed bool      // one of them has no comparable arrival time
 }
 
 // lateRead is a read dispatched before the close fence whose answer had not arrived.
@@ -272,16 +281,27 @@ func (w *subscription) drainSignals() {
 
 func (w *subscription) onUpdate(u contract.ResourceUpdated) {
 	w.signalsThisRun++
+	pulses := int64(max(u.Pulses, 1))
 	c := &w.st.Counters
-	c.Notifications++
+	c.Notifications += pulses
 	if u.SessionGeneration < w.st.LastNotificationGen ||
 		(u.SessionGeneration == w.st.LastNotificationGen && u.Seq <= w.st.LastNotificationSeq) ||
 		u.SessionGeneration < w.st.SessionGeneration || w.m.State.Closing() {
 		// A duplicate, a notification of an older session (R12), or one after close (R19).
-		c.NotificationsStale++
+		c.NotificationsStale += pulses
 		return
 	}
 	w.st.LastNotificationGen, w.st.LastNotificationSeq = u.SessionGeneration, u.Seq
+	if w.m.State == fsm.ReadPending || w.m.State == fsm.VersionAccepted {
+		// Whether this pulse needs a follow-up read is known when the read answers.
+		w.duringRead.pulses += pulses
+		if u.ReceivedAt.IsZero() || u.SessionGeneration != w.st.SessionGeneration {
+			w.duringRead.untimed = true
+		} else if u.ReceivedAt.After(w.duringRead.latest) {
+			w.duringRead.latest = u.ReceivedAt
+		}
+		return
+	}
 	if w.m.State == fsm.Active {
 		w.nextReason = "notification"
 	}
@@ -289,6 +309,23 @@ func (w *subscription) onUpdate(u contract.ResourceUpdated) {
 		// Not live yet (subscribing, reconciling): the read that follows establishing covers it.
 		w.st.PendingUpdate = true
 	}
+}
+
+// resolvePulses decides what the pulses received during a read call for (R13, R27): a pulse
+// that reached the host before the host sent the read announces a change the read already
+// sees, so it is covered; any later (or untimed) pulse sets the dirty bit for exactly one
+// follow-up read. sentAt is zero when the read failed.
+func (w *subscription) resolvePulses(sentAt time.Time) {
+	d := w.duringRead
+	w.duringRead = pulsesDuringRead{}
+	if d.pulses == 0 {
+		return
+	}
+	if d.untimed || sentAt.IsZero() || !d.latest.Before(sentAt) {
+		w.apply(fsm.Update)
+		return
+	}
+	w.st.Counters.PulsesCovered += d.pulses
 }
 
 func (w *subscription) onUnsubscribe(u contract.Unsubscribe, kind string) {
@@ -497,6 +534,7 @@ func (w *subscription) read() {
 	if !w.apply(fsm.ReadDispatched) {
 		return
 	}
+	w.duringRead = pulsesDuringRead{}
 	w.st.Counters.Reads++
 	w.st.Counters.ReadsByReason[reason]++
 	f := workflow.ExecuteActivity(w.hostCtx(30*time.Second, 3), contract.ActMCPRead, contract.ReadInput{
@@ -537,7 +575,11 @@ func (w *subscription) awaitUnlessClosing(f workflow.Future) bool {
 // settleRead offers a finished read to the ledger and follows its outcome.
 func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string) {
 	var out contract.ReadOutput
-	if err := f.Get(w.ctx, &out); err != nil {
+	err := f.Get(w.ctx, &out)
+	if w.m.State == fsm.ReadPending {
+		w.resolvePulses(out.SentAt)
+	}
+	if err != nil {
 		w.st.Counters.ReadFailures++
 		if isStaleSession(err) {
 			w.apply(fsm.SessionEnded)

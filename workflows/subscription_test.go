@@ -39,6 +39,8 @@ type fakeMCP struct {
 	// unsubscribeErrs are returned by the next unsubscribe calls, in order.
 	unsubscribeErrs []error
 	notFound        bool
+	// sentAt is the host-clock send time reads report.
+	sentAt time.Time
 }
 
 func (f *fakeMCP) register(env *testsuite.TestWorkflowEnvironment) {
@@ -75,7 +77,7 @@ func (f *fakeMCP) unsubscribe(_ context.Context, c contract.SessionCall) (contra
 func (f *fakeMCP) read(ctx context.Context, in contract.ReadInput) (contract.ReadOutput, error) {
 	f.mu.Lock()
 	f.reads = append(f.reads, in)
-	body, notFound := f.bodies[in.ServerURI], f.notFound
+	body, notFound, sentAt := f.bodies[in.ServerURI], f.notFound, f.sentAt
 	f.mu.Unlock()
 	if notFound {
 		return contract.ReadOutput{}, nil
@@ -84,7 +86,7 @@ func (f *fakeMCP) read(ctx context.Context, in contract.ReadInput) (contract.Rea
 	if err != nil {
 		return contract.ReadOutput{}, err
 	}
-	return contract.ReadOutput{Found: true, Digest: d, MIMEType: "text/plain", Size: int64(len(body)), ServerName: "fake"}, nil
+	return contract.ReadOutput{Found: true, Digest: d, MIMEType: "text/plain", Size: int64(len(body)), ServerName: "fake", SentAt: sentAt}, nil
 }
 
 type harness struct {
@@ -265,6 +267,51 @@ func TestPulsesDuringReadCoalesce(t *testing.T) {
 	if diff := cmp.Diff([]string{"initial", "notification", "notification"}, got); diff != "" {
 		t.Errorf("reads (-want +got):\n%s", diff)
 	}
+}
+
+// R13, R27: pulses that reached the host before it sent the read are covered by that read —
+// a storm of duplicates costs one read; a pulse that arrived after the read was sent still
+// causes exactly one follow-up read.
+func TestPulsesCoveredByReadAreNotReread(t *testing.T) {
+	sent := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name      string
+		arrivals  []time.Duration // relative to the read's send time
+		wantReads []string
+		covered   int64
+	}{
+		{"100 duplicates before the read was sent", repeat(-time.Millisecond, 100), []string{"initial", "notification"}, 99},
+		{"one pulse after the read was sent", append(repeat(-time.Millisecond, 50), time.Millisecond), []string{"initial", "notification", "notification"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.mcp.sentAt = sent
+			h.at(time.Minute, func() {
+				h.mcp.set("v2")
+				for i, d := range tt.arrivals {
+					h.signal(contract.SignalResourceUpdated, contract.ResourceUpdated{SessionGeneration: h.sess.Generation,
+						Seq: int64(i + 1), ServerURI: uri, Pulses: 1, ReceivedAt: sent.Add(d)})
+				}
+			})
+			h.at(2*time.Minute, func() { h.signal(contract.SignalUnsubscribe, contract.Unsubscribe{ID: "u1"}) })
+			v := h.run()
+			if diff := cmp.Diff(tt.wantReads, h.dispatchReasons(h.sub().ID)); diff != "" {
+				t.Errorf("reads (-want +got):\n%s", diff)
+			}
+			if v.Counters.PulsesCovered != tt.covered {
+				t.Errorf("covered pulses %d, want %d", v.Counters.PulsesCovered, tt.covered)
+			}
+		})
+	}
+}
+
+func repeat(d time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
 }
 
 // R18, R19: an unsubscribe arriving while a read is in flight passes the close fence first;

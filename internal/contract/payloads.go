@@ -47,8 +47,11 @@ type SubscriptionState struct {
 
 // Counters count what a subscription did, so read amplification can be measured (R27).
 type Counters struct {
-	Notifications      int64
+	Notifications      int64 // notifications received (merged pulses counted one by one)
 	NotificationsStale int64 // old-session or duplicate notifications ignored
+	// PulsesCovered counts notifications that arrived during a read but had reached the host
+	// before that read was sent: the read covers them, so no follow-up read is due (R13, R27).
+	PulsesCovered int64
 	Reads              int64
 	ReadsByReason      map[string]int64
 	Accepted           int64
@@ -58,11 +61,17 @@ type Counters struct {
 	ReadFailures       int64
 }
 
-// ResourceUpdated is the session host's signal for one notifications/resources/updated.
+// ResourceUpdated is the session host's signal for notifications/resources/updated: one, or
+// a burst of the same URI merged by the host.
 type ResourceUpdated struct {
 	SessionGeneration int64
-	Seq               int64
+	Seq               int64 // the (newest) per-session sequence number
 	ServerURI         string
+	// Pulses is how many notifications this signal stands for (0 means 1).
+	Pulses int
+	// ReceivedAt is when the (newest) notification reached the host, on the host's clock:
+	// a read sent later by the same host already covers it.
+	ReceivedAt time.Time
 }
 
 // Unsubscribe asks the workflow to close the subscription (also used for revocation).
@@ -168,6 +177,9 @@ type ReadOutput struct {
 	ServerVersion string
 	LastModified  string
 	ReadAt        time.Time
+	// SentAt is when the host sent the resources/read, on the host's clock: notifications
+	// the same host received before it announce changes this read already sees.
+	SentAt time.Time
 }
 
 // AcceptInput offers a read's response to acceptResourceVersion (R16).

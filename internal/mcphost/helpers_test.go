@@ -318,6 +318,10 @@ func updates(sigs []signal) []update {
 	var out []update
 	for _, s := range sigs {
 		if u, ok := s.Arg.(contract.ResourceUpdated); ok && s.Name == contract.SignalResourceUpdated {
+			if u.ReceivedAt.IsZero() {
+				u.ServerURI += " (no arrival time!)" // every signal must carry the host's arrival time
+			}
+			u.ReceivedAt = time.Time{} // the host's clock: compared by the workflow, not here
 			out = append(out, update{WorkflowID: s.WorkflowID, ResourceUpdated: u})
 		}
 	}

@@ -468,6 +468,11 @@ type Conn struct {
 type notification struct {
 	seq       int64
 	serverURI string
+	// receivedAt is when the (latest merged) notification arrived, on this host's clock.
+	receivedAt time.Time
+	// pulses is how many notifications of the same URI this one stands for (routeBatch
+	// merges a burst of them into one signal).
+	pulses int
 }
 
 // uriSubscription is the server-side subscription of one URI on one session. Its mutex
@@ -521,7 +526,7 @@ func (c *Conn) onUpdated(_ context.Context, req *mcp.ResourceUpdatedNotification
 	}
 	c.nmu.Lock()
 	c.seq++
-	n := notification{seq: c.seq, serverURI: req.Params.URI}
+	n := notification{seq: c.seq, serverURI: req.Params.URI, receivedAt: time.Now(), pulses: 1}
 	if c.ended {
 		c.nmu.Unlock()
 		// The session is over and its router gone: record it here, still under its own
@@ -587,18 +592,29 @@ func lane(norm, raw string) int {
 	return int(h.Sum32() % routeLanes)
 }
 
-// routeBatch records a batch: each lane in order, the lanes in parallel. It returns when the
-// whole batch is recorded, so the next batch cannot overtake it.
+// routeBatch records a batch: each lane in order, the lanes in parallel. Notifications of the
+// same server URI within the batch are merged into one (the newest sequence number and
+// arrival time, and the count of pulses), so a burst of duplicates costs one ledger write and
+// one signal per subscription (R13). It returns when the whole batch is recorded, so the next
+// batch cannot overtake it.
 func (c *Conn) routeBatch(batch []notification, log *zap.Logger) {
 	if len(batch) == 1 {
 		c.record(batch[0], log)
 		return
 	}
 	var byLane [routeLanes][]notification
+	type at struct{ lane, index int }
+	merged := map[string]at{}
 	for _, n := range batch {
+		if p, ok := merged[n.serverURI]; ok {
+			m := &byLane[p.lane][p.index]
+			m.seq, m.receivedAt, m.pulses = n.seq, n.receivedAt, m.pulses+n.pulses
+			continue
+		}
 		norm, _ := uri.Normalize(n.serverURI)
 		i := lane(norm, n.serverURI)
 		byLane[i] = append(byLane[i], n)
+		merged[n.serverURI] = at{i, len(byLane[i]) - 1}
 	}
 	var wg sync.WaitGroup
 	for _, ns := range byLane {
@@ -655,7 +671,7 @@ func (c *Conn) record(n notification, log *zap.Logger) {
 	for _, t := range targets {
 		if err := retry(ctx, func(ctx context.Context) error {
 			return sig.SignalWorkflow(ctx, t.WorkflowID, "", contract.SignalResourceUpdated, contract.ResourceUpdated{
-				SessionGeneration: c.gen, Seq: n.seq, ServerURI: n.serverURI,
+				SessionGeneration: c.gen, Seq: n.seq, ServerURI: n.serverURI, Pulses: n.pulses, ReceivedAt: n.receivedAt,
 			})
 		}); err != nil {
 			log.Warn("signalling subscription failed", zap.String("workflow", t.WorkflowID), zap.Error(err))
