@@ -52,13 +52,13 @@ type Counters struct {
 	// PulsesCovered counts notifications that arrived during a read but had reached the host
 	// before that read was sent: the read covers them, so no follow-up read is due (R13, R27).
 	PulsesCovered int64
-	Reads              int64
-	ReadsByReason      map[string]int64
-	Accepted           int64
-	Revalidated        int64
-	Refused            int64
-	NotFound           int64
-	ReadFailures       int64
+	Reads         int64
+	ReadsByReason map[string]int64
+	Accepted      int64
+	Revalidated   int64
+	Refused       int64
+	NotFound      int64
+	ReadFailures  int64
 }
 
 // ResourceUpdated is the session host's signal for notifications/resources/updated: one, or
