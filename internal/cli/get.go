@@ -6,29 +6,100 @@ import (
 	"errors"
 	"flag"
 	"strings"
+	"time"
 
+	"github.com/mcpsync/mcpsync/internal/guard"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
+// Exit codes of the consumer commands, beyond those of Run (4 is ExitRefused).
+const (
+	// ExitDenied: the principal holds no standing grant on the source (get, subscribe).
+	ExitDenied = 5
+	// ExitGuardRejected: the output guard rejected the content (get); nothing was delivered.
+	ExitGuardRejected = 6
+)
+
 func init() {
-	register(command{"get", "SOURCE URI [--principal P] [--json]: the accepted body's exact bytes on stdout", get})
+	register(command{"get", "SOURCE URI [--principal P] [--for-index NAME] [--json]: the newest accepted version through the grant " +
+		"and the output guard (exit 5: no standing grant, 6: guard rejected)", get})
+}
+
+// deniedErr gives an error that says the principal holds no standing grant (ledger.ErrNoGrant)
+// the ExitDenied code; any other error (nil included) is returned as it is.
+func deniedErr(err error) error {
+	if errors.Is(err, ledger.ErrNoGrant) {
+		return &exitError{ExitDenied, err}
+	}
+	return err
+}
+
+// guardJSON is the output guard's verdict as get --json prints it.
+type guardJSON struct {
+	Policy          string   `json:"policy"`
+	Description     string   `json:"description"`
+	Outcome         string   `json:"outcome"`
+	Reasons         []string `json:"reasons,omitempty"`
+	Stripped        int      `json:"stripped,omitempty"`
+	DeliveredDigest string   `json:"deliveredDigest,omitempty"`
 }
 
 // getJSON is what get --json prints.
 type getJSON struct {
-	statusJSON
-	Body     string `json:"body,omitempty"`
-	Encoding string `json:"encoding,omitempty"`
+	Source                string     `json:"source"`
+	URI                   string     `json:"uri"`
+	Principal             string     `json:"principal"`
+	State                 string     `json:"state"`
+	Reason                string     `json:"reason,omitempty"`
+	AcceptedAt            time.Time  `json:"acceptedAt"`
+	VerifiedAt            *time.Time `json:"verifiedAt,omitempty"`
+	Refresh               string     `json:"refresh,omitempty"`
+	StalenessBoundSeconds int        `json:"stalenessBoundSeconds"` // 0: unbounded (not live)
+	VersionID             int64      `json:"versionId"`
+	ReadOrdinal           int64      `json:"readOrdinal"`
+	Generation            int64      `json:"generation"`
+	SessionGeneration     int64      `json:"sessionGeneration"`
+	Digest                string     `json:"digest"`
+	MIMEType              string     `json:"mimeType"`
+	Size                  int64      `json:"size"`
+	AuthSubject           string     `json:"authSubject"`
+	ServerName            string     `json:"serverName,omitempty"`
+	ServerVersion         string     `json:"serverVersion,omitempty"`
+	GrantEpoch            int64      `json:"grantEpoch"`
+	Guard                 guardJSON  `json:"guard"`
+	Index                 string     `json:"index,omitempty"`
+	LineageID             int64      `json:"lineageId,omitempty"`
+	Body                  string     `json:"body,omitempty"`
+	Encoding              string     `json:"encoding,omitempty"`
+}
+
+// guardPolicy is the output guard every consumer read passes.
+func guardPolicy() guard.Policy { return guard.Default() }
+
+// guardEvaluator runs pol for the ledger's Read.
+func guardEvaluator(pol guard.Policy) ledger.Evaluator {
+	return func(ctx context.Context, v ledger.Version, body []byte) (ledger.GuardVerdict, []byte, error) {
+		vd, err := pol.Evaluate(ctx, guard.Content{URI: v.URI, MIMEType: v.MIMEType, Body: body})
+		if err != nil {
+			return ledger.GuardVerdict{}, nil, err
+		}
+		return ledger.GuardVerdict{Policy: pol.String(), Outcome: string(vd.Outcome), Reasons: vd.Reasons,
+			Stripped: vd.Stripped}, vd.Body, nil
+	}
 }
 
 func get(ctx context.Context, e *runEnv, args []string) error {
-	const usage = "mcpsync get SOURCE URI [--principal P] [--json]"
+	const usage = "mcpsync get SOURCE URI [--principal P] [--for-index NAME] [--json]"
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	principal := fs.String("principal", "default", "principal reading")
-	asJSON := fs.Bool("json", false, "print JSON (metadata and body)")
+	forIndex := fs.String("for-index", "", "name of the derived index taking the content (records lineage)")
+	asJSON := fs.Bool("json", false, "print JSON (metadata, guard verdict and body)")
 	pos, err := parse(fs, args, 2, 2, usage)
 	if err != nil {
 		return err
+	}
+	if *principal == "" {
+		return usageErr("--principal must not be empty")
 	}
 	st, err := e.store(ctx)
 	if err != nil {
@@ -38,39 +109,64 @@ func get(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	sub, err := st.SubscriptionByKey(ctx, *principal, src.Name, norm)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return notFoundErr("no subscription of %s to %s on %s", *principal, norm, src.Name)
-	}
-	if err != nil {
-		return err
-	}
-	v, err := st.LatestVersion(ctx, sub.ID)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return notFoundErr("no accepted version of %s yet (state %s)", norm, sub.State)
-	}
-	if err != nil {
-		return err
-	}
-	if v.Kind == "tombstone" {
-		return notFoundErr("%s was deleted (tombstone at ordinal %d)", norm, v.ReadOrdinal)
-	}
-	body, err := st.Blob(ctx, v.Digest)
-	if err != nil {
+	pol := guardPolicy()
+	res, err := st.Read(ctx, ledger.ReadRequest{Principal: *principal, SourceID: src.ID, URI: norm,
+		PolicyID: pol.ID(), ForIndex: *forIndex}, guardEvaluator(pol))
+	var refusal *ledger.GuardRefusal
+	switch {
+	case errors.Is(err, ledger.ErrNoGrant):
+		return deniedErr(err)
+	case errors.As(err, &refusal):
+		if *asJSON {
+			if err := writeJSON(e.Stdout, toGetJSON(res, *principal, norm, pol, *forIndex)); err != nil {
+				return err
+			}
+		}
+		return &exitError{ExitGuardRejected, refusal}
+	case errors.Is(err, ledger.ErrNotFound) && res.SourceName != "":
+		switch {
+		case res.SubscriptionID == 0:
+			return notFoundErr("no subscription of %s to %s on %s", *principal, norm, src.Name)
+		case res.Version.ID == 0:
+			return notFoundErr("no accepted version of %s yet (state %s)", norm, res.State)
+		default:
+			return notFoundErr("%s was deleted (tombstone at ordinal %d)", norm, res.Version.ReadOrdinal)
+		}
+	case err != nil:
 		return err
 	}
 	if *asJSON {
-		j := getJSON{statusJSON: statusOf(ctx, st, sub)}
-		j.Digest, j.MIMEType, j.Size = v.Digest, v.MIMEType, v.Size
-		if isText(body) {
-			j.Body, j.Encoding = string(body), "text"
-		} else {
-			j.Body, j.Encoding = encodeBase64(body), "base64"
-		}
-		return writeJSON(e.Stdout, j)
+		return writeJSON(e.Stdout, toGetJSON(res, *principal, norm, pol, *forIndex))
 	}
-	_, err = e.Stdout.Write(body)
+	_, err = e.Stdout.Write(res.Body)
 	return err
+}
+
+func toGetJSON(res ledger.ReadResult, principal, norm string, pol guard.Policy, index string) getJSON {
+	v := res.Version
+	j := getJSON{
+		Source: res.SourceName, URI: norm, Principal: principal, State: string(res.State), Reason: res.StateReason,
+		AcceptedAt: v.AcceptedAt.UTC(), VerifiedAt: res.LastVerifiedAt, Refresh: res.Refresh,
+		StalenessBoundSeconds: res.StalenessBoundSeconds, VersionID: v.ID, ReadOrdinal: v.ReadOrdinal,
+		Generation: v.Generation, SessionGeneration: v.SessionGeneration, Digest: v.Digest, MIMEType: v.MIMEType,
+		Size: v.Size, AuthSubject: v.AuthSubject, ServerName: v.ServerName, ServerVersion: v.ServerVersion,
+		GrantEpoch: res.GrantEpoch, Guard: guardJSON{Policy: pol.ID(), Description: pol.String()},
+	}
+	if res.Verdict != nil {
+		j.Guard.Outcome, j.Guard.Reasons, j.Guard.Stripped = res.Verdict.Outcome, res.Verdict.Reasons, res.Verdict.Stripped
+		j.Guard.DeliveredDigest = res.Verdict.DeliveredDigest
+	}
+	if res.LineageID != 0 {
+		j.Index, j.LineageID = index, res.LineageID
+	}
+	if res.Body != nil {
+		if isText(res.Body) {
+			j.Body, j.Encoding = string(res.Body), "text"
+		} else {
+			j.Body, j.Encoding = encodeBase64(res.Body), "base64"
+		}
+	}
+	return j
 }
 
 func isText(b []byte) bool {
