@@ -66,8 +66,9 @@ type Stack struct {
 	adminDB string
 	dbName  string
 
-	mu      sync.Mutex
-	workers []*workerapp.Worker
+	mu       sync.Mutex
+	workers  []*workerapp.Worker
+	extraDBs []string
 }
 
 // Start brings a stack up with one worker. On error nothing is left running.
@@ -124,29 +125,60 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 }
 
 func (s *Stack) createDatabase(ctx context.Context, admin string) (string, error) {
+	u, name, err := createDatabase(ctx, admin)
+	if err != nil {
+		return "", err
+	}
+	s.adminDB, s.dbName = admin, name
+	return u, nil
+}
+
+// createDatabase creates a database with a random name on the server of admin and returns
+// its URL and name.
+func createDatabase(ctx context.Context, admin string) (string, string, error) {
 	u, err := url.Parse(admin)
 	if err != nil {
-		return "", fmt.Errorf("admin URL %q: %w", admin, err)
+		return "", "", fmt.Errorf("admin URL %q: %w", admin, err)
 	}
 	var rnd [5]byte
 	_, _ = rand.Read(rnd[:])
 	name := "stack_" + hex.EncodeToString(rnd[:])
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		return "", fmt.Errorf("connect %s: %w", admin, err)
+		return "", "", fmt.Errorf("connect %s: %w", admin, err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("create database: %w", err)
+		return "", "", fmt.Errorf("create database: %w", err)
 	}
-	s.adminDB, s.dbName = admin, name
 	u.Path = "/" + name
 	q := u.Query()
 	if q.Get("pool_max_conns") == "" {
 		q.Set("pool_max_conns", "32")
 	}
 	u.RawQuery = q.Encode()
-	return u.String(), nil
+	return u.String(), name, nil
+}
+
+// NewDatabase creates one more fresh, migrated database on the stack's Postgres server (for
+// measurements that need a ledger of their own) and returns its URL; Stop drops it.
+func (s *Stack) NewDatabase(ctx context.Context) (string, error) {
+	u, name, err := createDatabase(ctx, s.adminDB)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.extraDBs = append(s.extraDBs, name)
+	s.mu.Unlock()
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close()
+	if _, err := dbschema.Apply(ctx, pool); err != nil {
+		return "", err
+	}
+	return u, nil
 }
 
 // AddWorker starts one more worker (Temporal worker + session host) with host queue name.
@@ -208,7 +240,9 @@ func (s *Stack) Stop() {
 	defer cancel()
 	if s.dbName != "" && s.cluster == nil {
 		if conn, err := pgx.Connect(ctx, s.adminDB); err == nil {
-			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{s.dbName}.Sanitize()+" WITH (FORCE)")
+			for _, name := range append([]string{s.dbName}, s.extraDBs...) {
+				_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+			}
 			conn.Close(ctx)
 		}
 	}
