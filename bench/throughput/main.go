@@ -96,7 +96,7 @@ func run(ctx context.Context, n int, rate float64, duration, baselineDur time.Du
 	go func() {
 		cur := head
 		for {
-			rows, err := st.Store.OutboxAfter(tailCtx, cur, 1000)
+			rows, _, err := st.Store.OutboxBatch(tailCtx, cur, 1000)
 			if err != nil {
 				tailDone <- nil
 				return

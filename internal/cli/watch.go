@@ -54,9 +54,8 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 			return err
 		}
 	}
-	names := map[int64]string{}
 	for {
-		rows, err := st.OutboxAfter(ctx, cur, 500)
+		rows, _, err := st.OutboxBatch(ctx, cur, 500)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -68,13 +67,7 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 			if r.SourceID == nil || (only != 0 && *r.SourceID != only) || (r.Kind != "version" && r.Kind != "tombstone") {
 				continue
 			}
-			name, ok := names[*r.SourceID]
-			if !ok {
-				if src, err := st.SourceByID(ctx, *r.SourceID); err == nil {
-					name = src.Name
-				}
-				names[*r.SourceID] = name
-			}
+			name := r.SourceName
 			var ord int64
 			if r.ReadOrdinal != nil {
 				ord = *r.ReadOrdinal

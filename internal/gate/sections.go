@@ -258,7 +258,7 @@ func converge(ctx context.Context, g *run) ([]Row, error) {
 	cur := head
 	lastMut := muts[len(muts)-1].at
 	for time.Since(lastMut) < g.opts.Within+5*time.Second {
-		rows, err := g.stack.Store.OutboxAfter(ctx, cur, 2000)
+		rows, _, err := g.stack.Store.OutboxBatch(ctx, cur, 2000)
 		if err != nil {
 			return nil, err
 		}

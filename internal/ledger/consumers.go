@@ -120,8 +120,8 @@ func (s *Store) CommitConsumer(ctx context.Context, name string, cur OutboxCurso
 	return tag.RowsAffected() == 1, nil
 }
 
-// OutboxBatch returns up to limit outbox rows after cur in commit-safe (txid, id) order, like
-// OutboxAfter, with their detail. heldBack reports rows that committed past cur but are not
+// OutboxBatch returns up to limit outbox rows after cur in commit-safe (txid, id) order, with
+// their source's name and their detail. heldBack reports rows that committed past cur but are not
 // readable yet because an older transaction is still running: read again soon.
 func (s *Store) OutboxBatch(ctx context.Context, cur OutboxCursor, limit int) (rows []OutboxEvent, heldBack bool, err error) {
 	tx := strconv.FormatUint(cur.TxID, 10)
