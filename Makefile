@@ -27,6 +27,19 @@ run: build
 test:
 	@scripts/test.sh
 
+## bench: revocation latency (issue 7): p50/p99 from `mcpsync revoke` to every derived index's
+## invalidation delivered to its outbox consumer, over 1,000 subscriptions and 10 indexes, with
+## the raw outbox insert-to-delivery baseline. BENCHFLAGS passes flags (see -help).
+## Discovery (issue 6): an A/B double scan of 100,000 resources against one raw go-sdk listing
+## of the same server over the same transport, and their ratio. SCANBENCHFLAGS passes flags.
+## Ledger (issue 3): acceptResourceVersion with 8 writers (allocate+accept pairs, accepts only)
+## against `pgbench -N` on the same cluster, and their ratio (goal >= 0.6); the server is
+## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.
+bench:
+	$(GO) run ./internal/consumers/cmd/revokebench $(BENCHFLAGS)
+	$(GO) run ./bench/scan $(SCANBENCHFLAGS)
+	$(GO) run ./internal/shuffle/cmd/ledgerbench $(LEDGERBENCHFLAGS)
+
 ## deps: install missing PostgreSQL binaries and interop npm packages
 deps:
 	@scripts/deps.sh

@@ -55,6 +55,8 @@ func TestHistoriesReplay(t *testing.T) {
 	}
 	replayer := worker.NewWorkflowReplayer()
 	replayer.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
+	replayer.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
+	replayer.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
 	dir := filepath.Join("..", "..", "workflows", "testdata", "histories")
 	for i, ex := range resp.GetExecutions() {
 		hist := &history.History{}

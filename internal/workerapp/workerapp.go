@@ -111,15 +111,25 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	if hopts.Logger == nil {
 		hopts.Logger = cfg.Logger
 	}
+	if hopts.SourceEvents == nil {
+		hopts.SourceEvents = SourceEventSignaler(w.Client, cfg.Logger)
+	}
 	w.Host = mcphost.New(hopts)
 
 	main := worker.New(w.Client, contract.TaskQueue, worker.Options{})
 	main.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
+	main.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
+	main.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
 	(&activities.Ledger{Store: w.Store}).Register(main)
+	(&activities.Catalog{Store: w.Store}).Register(main)
 	hostWorker := worker.New(w.Client, queue, worker.Options{})
 	(&activities.Session{Host: w.Host, Store: w.Store}).Register(hostWorker)
+	(&activities.Discovery{Host: w.Host, Store: w.Store}).Register(hostWorker)
 	for _, wk := range []worker.Worker{main, hostWorker} {
 		if err := wk.Start(); err != nil {
+			for _, started := range w.workers {
+				started.Stop()
+			}
 			w.close()
 			return nil, fmt.Errorf("start temporal worker: %w", err)
 		}

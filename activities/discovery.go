@@ -1,0 +1,191 @@
+package activities
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/discovery"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/mcphost"
+)
+
+// progressEvery is how often a running round writes its progress to the ledger.
+const progressEvery = 500 * time.Millisecond
+
+// Discovery runs discovery rounds on the live sessions this worker's host holds; register it
+// on the host's own task queue, next to Session.
+type Discovery struct {
+	Host  *mcphost.Host
+	Store *ledger.Store
+	// CursorKey keys the stored cursor digests; nil means a random key made once per process,
+	// so a digest says whether two cursors of this process were equal and nothing more.
+	CursorKey []byte
+
+	keyOnce sync.Once
+}
+
+// Register registers the session-bound discovery activity under its contract name.
+func (a *Discovery) Register(r Registry) {
+	r.RegisterActivityWithOptions(a.DiscoveryRound, activity.RegisterOptions{Name: contract.ActDiscoveryRound})
+}
+
+func (a *Discovery) cursorKey() []byte {
+	a.keyOnce.Do(func() {
+		if a.CursorKey == nil {
+			a.CursorKey = make([]byte, 32)
+			_, _ = rand.Read(a.CursorKey)
+		}
+	})
+	return a.CursorKey
+}
+
+// DiscoveryRound runs one round (R4) on the session of generation in.SessionGeneration: it
+// opens the round's resourceDiscoveryScan.v1 row, pages both lists in memory (the cursors
+// never leave this call, R2), stores the entries and digests under the row, and returns only
+// digests and counts. A stale generation fails non-retryably with StaleSession; a round that
+// fails (cycle, page cap, cursor error, session ended, R8) returns its result with
+// FailureKind set. The list_changed notifications counted are those the session received
+// between the first request and the last response.
+func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) (contract.RoundResult, error) {
+	c, err := a.Host.Conn(in.SourceID, in.SessionGeneration)
+	if err != nil {
+		return contract.RoundResult{}, staleSession(err)
+	}
+	caps := c.Caps()
+	out := contract.RoundResult{Round: in.Round, SessionGeneration: c.Generation(), SnapshotNegotiated: caps.SnapshotIDs}
+	before := c.ListChangedCount()
+	scanID, started, err := a.Store.BeginScan(ctx, ledger.ScanStart{
+		Key: in.ScanKey, Run: in.ScanRun, ScanWorkflowID: in.ScanWorkflowID, Round: in.Round,
+		SourceID: in.SourceID, SessionGeneration: in.SessionGeneration, HostQueue: a.Host.Queue(),
+		ListChangedBefore: before,
+	})
+	if errors.Is(err, ledger.ErrStaleScan) {
+		return contract.RoundResult{}, staleSession(err)
+	}
+	if err != nil {
+		return contract.RoundResult{}, permanent(err)
+	}
+	out.ScanID, out.StartedAt = scanID, started
+	var lastWrite time.Time
+	res := discovery.Scan(ctx, c.Session(), discovery.Options{
+		MaxPages:        in.MaxPages,
+		SnapshotMetaKey: discovery.SnapshotMetaKeyOf(caps.Raw),
+		CursorKey:       a.cursorKey(),
+		Check: func() error {
+			if cur, ok := a.Host.Current(in.SourceID); !ok || cur != c {
+				return fmt.Errorf("source %d generation %d ended during the round: %w", in.SourceID, in.SessionGeneration, mcphost.ErrStaleSession)
+			}
+			return nil
+		},
+		Progress: func(p discovery.Progress) {
+			activity.RecordHeartbeat(ctx, p)
+			if now := time.Now(); now.Sub(lastWrite) >= progressEvery {
+				lastWrite = now
+				_ = a.Store.RecordScanProgress(ctx, scanID, ledger.ScanProgress(p))
+			}
+		},
+	})
+	after := c.ListChangedCount()
+	end := ledger.ScanEnd{
+		ScanID: scanID, FailureKind: res.FailureKind, Progress: ledger.ScanProgress(res.Progress),
+		Duplicates: res.Duplicates, ResourceCursorDigests: res.ResourceCursorDigests,
+		TemplateCursorDigests: res.TemplateCursorDigests, SetDigest: res.SetDigest,
+		SnapshotIDs: res.SnapshotIDs, SnapshotPages: res.SnapshotPages, SnapshotID: res.SnapshotID,
+		ListChangedAfter: after,
+	}
+	if res.Err != nil {
+		end.Failure = res.Err.Error()
+	}
+	entries := make([]ledger.ScanEntry, len(res.Entries))
+	for i, e := range res.Entries {
+		entries[i] = ledger.ScanEntry(e)
+	}
+	// Record the end even if the activity was cancelled meanwhile: no row stays RUNNING.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	ended, err := a.Store.EndScan(ectx, end, entries)
+	if err != nil {
+		return contract.RoundResult{}, err
+	}
+	out.Complete, out.FailureKind, out.Failure = res.Complete, res.FailureKind, end.Failure
+	out.ResourcePages, out.TemplatePages = res.ResourcePages, res.TemplatePages
+	out.Resources, out.Templates, out.Duplicates = res.Resources, res.Templates, res.Duplicates
+	out.SetDigest, out.CursorChainDigest = res.SetDigest, res.CursorChainDigest
+	out.SnapshotIDs, out.SnapshotPages, out.SnapshotID = res.SnapshotIDs, res.SnapshotPages, res.SnapshotID
+	out.ListChangedObserved = max(after-before, 0)
+	out.EndedAt = ended
+	return out, nil
+}
+
+// Catalog runs the ledger's catalog transitions as activities (local activities next to the
+// discovery workflows and the subscription workflow).
+type Catalog struct {
+	Store *ledger.Store
+}
+
+// Register registers every catalog ledger activity under its contract name.
+func (a *Catalog) Register(r Registry) {
+	for name, fn := range map[string]any{
+		contract.ActAbandonScan:        a.AbandonScan,
+		contract.ActPublishCatalog:     a.PublishCatalog,
+		contract.ActInvalidateCatalogs: a.InvalidateCatalogs,
+		contract.ActConfirmTombstone:   a.ConfirmTombstone,
+	} {
+		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+}
+
+// AbandonScan fails a round whose activity ended without recording its end.
+func (a *Catalog) AbandonScan(ctx context.Context, in contract.AbandonInput) (bool, error) {
+	ok, err := a.Store.AbandonScan(ctx, in.ScanKey, in.Reason)
+	return ok, permanent(err)
+}
+
+// PublishCatalog publishes a catalog; the ledger re-checks the basis rounds and a level they
+// do not prove comes back as Published=false with the refusal (not an error).
+func (a *Catalog) PublishCatalog(ctx context.Context, in contract.PublishInput) (contract.PublishOutput, error) {
+	c, err := a.Store.PublishCatalog(ctx, ledger.PublishRequest{
+		Key: in.CatalogKey, ScanWorkflowID: in.ScanWorkflowID, SourceID: in.SourceID,
+		SessionGeneration: in.SessionGeneration, Level: ledger.ProofLevel(in.Level), Reason: in.Reason,
+		RoundsUsed: in.RoundsUsed, BasisScanIDs: in.BasisScanIDs, EntriesScanID: in.EntriesScanID,
+		Recheck: time.Duration(in.RecheckSeconds) * time.Second,
+	})
+	var refusal *ledger.ProofRefusal
+	if errors.As(err, &refusal) {
+		return contract.PublishOutput{Level: in.Level, Refusal: refusal.Reason}, nil
+	}
+	if err != nil {
+		return contract.PublishOutput{}, permanent(err)
+	}
+	return contract.PublishOutput{
+		Published: true, CatalogID: c.ID, Level: string(c.Level), MeasuredAt: c.MeasuredAt,
+		NextCheckAt: c.NextCheckAt, StalenessBoundSeconds: c.StalenessBound.Seconds(),
+	}, nil
+}
+
+// InvalidateCatalogs invalidates a source's catalogs after a list_changed (R3).
+func (a *Catalog) InvalidateCatalogs(ctx context.Context, in contract.InvalidateInput) (int64, error) {
+	n, err := a.Store.InvalidateCatalogs(ctx, in.SourceID, in.Reason)
+	return n, permanent(err)
+}
+
+// ConfirmTombstone confirms a TOMBSTONE_PENDING subscription's deletion with a catalog (R21).
+func (a *Catalog) ConfirmTombstone(ctx context.Context, in contract.ConfirmTombstoneInput) (contract.ConfirmTombstoneOutput, error) {
+	r, err := a.Store.ConfirmTombstone(ctx, ledger.ConfirmTombstoneRequest{
+		SubscriptionID: in.SubscriptionID, Generation: in.Generation, CatalogID: in.CatalogID,
+	})
+	if err != nil {
+		return contract.ConfirmTombstoneOutput{}, permanent(err)
+	}
+	return contract.ConfirmTombstoneOutput{
+		Outcome: string(r.Outcome), Refusal: string(r.Refusal), State: string(r.State),
+		ReadOrdinal: r.ReadOrdinal, CloseOrdinal: r.CloseOrdinal, CloseEpoch: r.CloseEpoch, VersionID: r.VersionID,
+	}, nil
+}

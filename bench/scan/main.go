@@ -1,0 +1,234 @@
+// Command scan measures what a discovery scan costs: an A/B double scan of a fault-injecting
+// MCP server with 100,000 resources, run end to end by mcpsync (SourceWorkflow →
+// DiscoveryScanWorkflow → two session-bound rounds paging in memory, digesting, storing their
+// entries in the ledger → the ledger's proof check and catalog), against one raw go-sdk
+// listing of the same server over the same transport (streamable HTTP) in the same run. It
+// prints both times and their ratio (goal ≤ 2.2×: the double scan may cost little more than
+// two raw listings), for a changed set (the scan stores the new entries once) and for an
+// unchanged one (a re-check stores no entries). Everything runs in-process (localstack).
+//
+//	go run ./bench/scan [-resources 100000] [-page 100] [-runs 3]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"slices"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/discovery"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/localstack"
+)
+
+func main() {
+	n := flag.Int("resources", 100000, "resources on the server")
+	page := flag.Int("page", 100, "the server's page size")
+	runs := flag.Int("runs", 3, "measurements of each kind (the median is reported)")
+	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of a Postgres server (empty: start a private one)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurements to this file")
+	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scan bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, *n, *page, *runs, *admin); err != nil {
+		fmt.Fprintln(os.Stderr, "scan bench:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, n, page, runs int, admin string) error {
+	srv := chaosmcp.New(chaosmcp.Options{Name: "bench", Version: "1", PageSize: page})
+	defer srv.Close()
+	rs := make([]chaosmcp.Resource, n)
+	for i := range rs {
+		rs[i] = chaosmcp.Resource{URI: fmt.Sprintf("demo://items/%06d", i), Text: "x", MIMEType: "text/plain"}
+	}
+	srv.PutMany(rs...)
+	h, err := srv.StartHTTP("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+
+	start := time.Now()
+	st, err := localstack.Start(ctx, localstack.Options{AdminURL: admin})
+	if err != nil {
+		return err
+	}
+	defer st.Stop()
+	if _, err := st.MustCLI(ctx, "source", "add", "bench", "--url", h.URL); err != nil {
+		return err
+	}
+	src, err := st.Store.SourceByName(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	// The session host's first session starts a scan on its own: wait for it (warm-up).
+	if err := waitCatalog(ctx, st.Store, src.ID); err != nil {
+		return err
+	}
+	fmt.Printf("stack up and first catalog of %d resources in %s (page size %d, streamable HTTP)\n", n, time.Since(start).Round(time.Millisecond), page)
+
+	// list_changed would start scans of its own; the measured scans are the CLI's.
+	srv.SuppressListChanged(true)
+	var raw, direct, changed, unchanged []time.Duration
+	for i := 0; i <= runs; i++ {
+		cold := i < runs
+		if cold {
+			// A changed set: the scan stores its entries once (round B reuses round A's).
+			srv.Set(fmt.Sprintf("demo://items/new-%03d", i), "x", "text/plain")
+		}
+		want := len(srv.URIs())
+		d, items, err := rawListing(ctx, h.URL)
+		if err != nil {
+			return err
+		}
+		if items != want {
+			return fmt.Errorf("raw listing saw %d resources, want %d", items, want)
+		}
+		raw = append(raw, d)
+		dr, err := directRound(ctx, h.URL, want)
+		if err != nil {
+			return err
+		}
+		direct = append(direct, dr)
+		fmt.Printf("raw go-sdk listing: %s; one round (discovery.Scan) on a fresh session: %s\n", d.Round(time.Millisecond), dr.Round(time.Millisecond))
+		t0 := time.Now()
+		out, err := st.MustCLI(ctx, "scan", "bench", "--wait", "--json")
+		if err != nil {
+			return err
+		}
+		d = time.Since(t0)
+		var res struct {
+			Result contract.DiscoveryScanResult
+			Rounds []struct {
+				StartedAt time.Time
+				EndedAt   *time.Time
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			return fmt.Errorf("scan output: %w", err)
+		}
+		if res.Result.Level != contract.ProofSnapshotUnproven || res.Result.Resources != want || len(res.Rounds) != 2 {
+			return fmt.Errorf("scan %d: %s with %d resources in %d rounds, want SNAPSHOT_UNPROVEN with %d in 2", i+1, res.Result.Level, res.Result.Resources, len(res.Rounds), want)
+		}
+		a, b := res.Rounds[0], res.Rounds[1]
+		c, err := st.Store.CatalogByID(ctx, res.Result.CatalogID)
+		if err != nil {
+			return err
+		}
+		kind := "changed set"
+		if cold {
+			changed = append(changed, d)
+		} else {
+			kind = "unchanged set"
+			unchanged = append(unchanged, d)
+		}
+		fmt.Printf("A/B double scan, %s: %s = %s to round A, A %s, %s between, B %s, %s to catalog, %s to CLI exit\n",
+			kind, d.Round(time.Millisecond), a.StartedAt.Sub(t0).Round(time.Millisecond),
+			a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond), b.StartedAt.Sub(*a.EndedAt).Round(time.Millisecond),
+			b.EndedAt.Sub(b.StartedAt).Round(time.Millisecond), c.PublishedAt.Sub(*b.EndedAt).Round(time.Millisecond),
+			t0.Add(d).Sub(c.PublishedAt).Round(time.Millisecond))
+	}
+	r := median(raw)
+	fmt.Printf("\nresources: %d, page size: %d, transport: streamable HTTP, medians of %d runs\n", n, page, runs)
+	fmt.Printf("raw go-sdk listing (one pass):                            %s\n", r.Round(time.Millisecond))
+	fmt.Printf("one round's paging and digests alone (discovery.Scan):   %s  (2 rounds: %.2fx)\n",
+		median(direct).Round(time.Millisecond), 2*float64(median(direct))/float64(r))
+	fmt.Printf("mcpsync A/B double scan, changed set (request→catalog):   %s  ratio %.2fx (goal <= 2.20x)\n",
+		median(changed).Round(time.Millisecond), float64(median(changed))/float64(r))
+	fmt.Printf("mcpsync A/B double scan, unchanged set (request→catalog): %s  ratio %.2fx\n",
+		median(unchanged).Round(time.Millisecond), float64(median(unchanged))/float64(r))
+	return nil
+}
+
+// rawListing lists every resource and template of the server once with a fresh go-sdk client
+// session and its page iterators, keeping what it lists, as a plain client would.
+func rawListing(ctx context.Context, url string) (time.Duration, int, error) {
+	c := mcp.NewClient(&mcp.Implementation{Name: "raw", Version: "0"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: 1}, &mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cs.Close()
+	t0 := time.Now()
+	var resources []*mcp.Resource
+	for r, err := range cs.Resources(ctx, nil) {
+		if err != nil {
+			return 0, 0, err
+		}
+		resources = append(resources, r)
+	}
+	var templates []*mcp.ResourceTemplate
+	for t, err := range cs.ResourceTemplates(ctx, nil) {
+		if err != nil {
+			return 0, 0, err
+		}
+		templates = append(templates, t)
+	}
+	return time.Since(t0), len(resources), nil
+}
+
+// directRound runs one round's paging and digesting (discovery.Scan) on a fresh session, as
+// the round activity does, without the activity, the heartbeats and the ledger.
+func directRound(ctx context.Context, url string, want int) (time.Duration, error) {
+	c := mcp.NewClient(&mcp.Implementation{Name: "round", Version: "0"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: 1}, &mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
+	if err != nil {
+		return 0, err
+	}
+	defer cs.Close()
+	t0 := time.Now()
+	res := discovery.Scan(ctx, cs, discovery.Options{CursorKey: []byte("bench")})
+	d := time.Since(t0)
+	if !res.Complete || res.Resources != want {
+		return 0, fmt.Errorf("direct round: %s %v, %d resources", res.FailureKind, res.Err, res.Resources)
+	}
+	return d, nil
+}
+
+func waitCatalog(ctx context.Context, st *ledger.Store, sourceID int64) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		cats, err := st.Catalogs(ctx, sourceID)
+		if err != nil {
+			return err
+		}
+		if len(cats) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("no catalog of source %d within 5 minutes", sourceID)
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,376 @@
+// Package discovery runs one discovery round: it pages resources/list and
+// resources/templates/list of one MCP session in memory and returns what a
+// resourceDiscoveryScan.v1 records (R4): the digest of each cursor it followed, the digest of
+// the URI/descriptor set, counts, the snapshot IDs the pages carried, and the entries. The
+// cursors themselves live only in Scan's stack frame: they are never returned, logged or
+// stored, and they die with the call, on the session that issued them (R2).
+//
+// The go-sdk's own page iterator follows any cursor forever; Scan pages by hand and ends the
+// round as failed on a repeated cursor, a page-count blow-up or a rejected cursor (R8).
+package discovery
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"slices"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/uri"
+)
+
+// DefaultSnapshotMetaKey is the _meta key of the snapshot ID in list results when the
+// negotiated capability does not name one.
+const DefaultSnapshotMetaKey = "mcpsync/snapshotId"
+
+// SnapshotCapability is the experimental server capability that negotiates the snapshot-ID
+// extension (R5).
+const SnapshotCapability = "mcpsync/snapshot"
+
+// DefaultMaxPages caps the pages of a round (both lists together) when Options.MaxPages is 0.
+const DefaultMaxPages = 20000
+
+// maxSnapshotIDs bounds the distinct snapshot IDs a Result reports.
+const maxSnapshotIDs = 8
+
+// Entry kinds.
+const (
+	KindResource = "resource"
+	KindTemplate = "template"
+)
+
+// Lister is the part of an MCP client session a round uses; *mcp.ClientSession satisfies it.
+type Lister interface {
+	ListResources(ctx context.Context, params *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error)
+	ListResourceTemplates(ctx context.Context, params *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error)
+}
+
+// Options tune a round.
+type Options struct {
+	// MaxPages caps the pages of both lists together (R8); 0 means DefaultMaxPages.
+	MaxPages int
+	// SnapshotMetaKey is the _meta key of the snapshot ID; "" means DefaultSnapshotMetaKey.
+	SnapshotMetaKey string
+	// CursorKey keys the cursor digests (HMAC-SHA-256) so that a short cursor cannot be
+	// recovered from its stored digest; nil means plain SHA-256.
+	CursorKey []byte
+	// Check, if set, is called before every request; an error ends the round with
+	// STALE_SESSION (the session ended or was replaced: its cursors are dead).
+	Check func() error
+	// Progress, if set, is called after every page.
+	Progress func(Progress)
+}
+
+// Progress counts what a round has listed so far.
+type Progress struct {
+	ResourcePages int
+	TemplatePages int
+	Resources     int
+	Templates     int
+}
+
+// Pages is the number of pages requested, both lists together.
+func (p Progress) Pages() int { return p.ResourcePages + p.TemplatePages }
+
+// Entry is one listed resource or template.
+type Entry struct {
+	Kind      string // KindResource or KindTemplate
+	URI       string // normalized URI (the server's string if it cannot be normalized), or the template
+	ServerURI string // as listed
+	Name      string
+	MIMEType  string
+}
+
+// Result is the outcome of a round. Complete rounds have SetDigest and Entries; failed ones
+// have FailureKind (a contract.Round* kind) and Err, and what they saw until then.
+type Result struct {
+	Progress
+	Complete    bool
+	FailureKind string
+	Err         error
+	// Duplicates counts entries listed more than once (a moving keyset); Malformed counts
+	// resource URIs that could not be normalized.
+	Duplicates int
+	Malformed  int
+	// ResourceCursorDigests and TemplateCursorDigests are the digests of the cursors that
+	// requested each page after the first; CursorChainDigest digests both sequences.
+	ResourceCursorDigests []string
+	TemplateCursorDigests []string
+	CursorChainDigest     string
+	// SetDigest is "sha256:<hex>" of the sorted (kind, server URI, name, MIME type) multiset.
+	SetDigest string
+	// SnapshotIDs are the distinct snapshot IDs seen, in first-seen order (at most 8);
+	// SnapshotPages counts pages that carried one; SnapshotID is set when every page carried
+	// one and the same ID.
+	SnapshotIDs   []string
+	SnapshotPages int
+	SnapshotID    string
+	// Entries are sorted by kind, server URI, name, MIME type.
+	Entries []Entry
+}
+
+// SnapshotMetaKeyOf returns the _meta key a negotiated snapshot capability names in the
+// server's capabilities object (JSON, as in the capability receipt), or
+// DefaultSnapshotMetaKey.
+func SnapshotMetaKeyOf(capabilities []byte) string {
+	var caps struct {
+		Experimental map[string]struct {
+			MetaKey string `json:"metaKey"`
+		} `json:"experimental"`
+	}
+	if len(capabilities) > 0 && json.Unmarshal(capabilities, &caps) == nil {
+		if c, ok := caps.Experimental[SnapshotCapability]; ok && c.MetaKey != "" {
+			return c.MetaKey
+		}
+	}
+	return DefaultSnapshotMetaKey
+}
+
+// Scan runs one round on l: resources/list, then resources/templates/list, each from the
+// first page until a page without nextCursor. It never returns an error: a failed round is a
+// Result with FailureKind set.
+func Scan(ctx context.Context, l Lister, o Options) Result {
+	if o.MaxPages <= 0 {
+		o.MaxPages = DefaultMaxPages
+	}
+	if o.SnapshotMetaKey == "" {
+		o.SnapshotMetaKey = DefaultSnapshotMetaKey
+	}
+	r := &round{opts: o, chain: sha256.New()}
+	if o.CursorKey != nil {
+		r.mac = hmac.New(sha256.New, o.CursorKey)
+	}
+	ok := r.list(ctx, KindResource, func(ctx context.Context, cursor string) (mcp.Meta, string, error) {
+		res, err := l.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		page := make([]Entry, 0, len(res.Resources))
+		for _, x := range res.Resources {
+			if x == nil {
+				continue
+			}
+			norm, err := uri.Normalize(x.URI)
+			switch {
+			case err != nil:
+				norm = x.URI
+				r.res.Malformed++
+			case norm == x.URI:
+				norm = x.URI // share the string: a round may hold 100,000 of them
+			}
+			page = append(page, Entry{Kind: KindResource, URI: norm, ServerURI: x.URI, Name: x.Name, MIMEType: x.MIMEType})
+		}
+		r.pages = append(r.pages, page)
+		r.res.Resources += len(page)
+		return res.Meta, res.NextCursor, nil
+	}) && r.list(ctx, KindTemplate, func(ctx context.Context, cursor string) (mcp.Meta, string, error) {
+		res, err := l.ListResourceTemplates(ctx, &mcp.ListResourceTemplatesParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		page := make([]Entry, 0, len(res.ResourceTemplates))
+		for _, x := range res.ResourceTemplates {
+			if x == nil {
+				continue
+			}
+			page = append(page, Entry{Kind: KindTemplate, URI: x.URITemplate, ServerURI: x.URITemplate, Name: x.Name, MIMEType: x.MIMEType})
+		}
+		r.pages = append(r.pages, page)
+		r.res.Templates += len(page)
+		return res.Meta, res.NextCursor, nil
+	})
+	r.res.CursorChainDigest = "sha256:" + hex.EncodeToString(r.chain.Sum(nil))
+	if r.res.SnapshotPages == r.res.Pages() && len(r.res.SnapshotIDs) == 1 && !r.idsOverflow {
+		r.res.SnapshotID = r.res.SnapshotIDs[0]
+	}
+	if !ok {
+		return r.res
+	}
+	// One allocation of the exact size, instead of growing one slice page by page.
+	r.res.Entries = make([]Entry, 0, r.res.Resources+r.res.Templates)
+	for _, p := range r.pages {
+		r.res.Entries = append(r.res.Entries, p...)
+	}
+	r.pages = nil
+	r.res.Complete = true
+	r.res.SetDigest, r.res.Duplicates = setDigest(r.res.Entries)
+	return r.res
+}
+
+type round struct {
+	opts        Options
+	res         Result
+	pages       [][]Entry // the entries of each page, in order
+	chain       hash.Hash
+	mac         hash.Hash
+	idsOverflow bool
+}
+
+// list pages one list method; fetch appends the page's entries and returns its _meta and
+// nextCursor. It reports whether the list ended normally.
+func (r *round) list(ctx context.Context, kind string, fetch func(context.Context, string) (mcp.Meta, string, error)) bool {
+	seen := map[string]bool{}
+	cursor := ""
+	for {
+		if r.res.Pages() >= r.opts.MaxPages {
+			return r.fail(contract.RoundPageCap, fmt.Errorf("%s: page cap of %d pages reached", method(kind), r.opts.MaxPages))
+		}
+		if r.opts.Check != nil {
+			if err := r.opts.Check(); err != nil {
+				return r.fail(contract.RoundStaleSession, err)
+			}
+		}
+		meta, next, err := fetch(ctx, cursor)
+		if err != nil {
+			failure := classify(err, cursor != "")
+			if failure == contract.RoundListError && r.opts.Check != nil && r.opts.Check() != nil {
+				failure = contract.RoundStaleSession // the request failed because the session ended
+			}
+			return r.fail(failure, redact(fmt.Errorf("%s page %d: %w", method(kind), r.kindPages(kind)+1, err), cursor))
+		}
+		if kind == KindResource {
+			r.res.ResourcePages++
+		} else {
+			r.res.TemplatePages++
+		}
+		r.snapshot(meta)
+		if r.opts.Progress != nil {
+			r.opts.Progress(r.res.Progress)
+		}
+		if next == "" {
+			return true
+		}
+		d := r.cursorDigest(kind, next)
+		if kind == KindResource {
+			r.res.ResourceCursorDigests = append(r.res.ResourceCursorDigests, d)
+		} else {
+			r.res.TemplateCursorDigests = append(r.res.TemplateCursorDigests, d)
+		}
+		if seen[d] {
+			return r.fail(contract.RoundCursorCycle, fmt.Errorf("%s: page %d returned a cursor already followed (digest %s)", method(kind), r.kindPages(kind), d[:12]))
+		}
+		seen[d] = true
+		cursor = next
+	}
+}
+
+func (r *round) kindPages(kind string) int {
+	if kind == KindResource {
+		return r.res.ResourcePages
+	}
+	return r.res.TemplatePages
+}
+
+func (r *round) fail(kind string, err error) bool {
+	r.res.FailureKind, r.res.Err = kind, err
+	return false
+}
+
+func (r *round) cursorDigest(kind, cursor string) string {
+	var sum []byte
+	if r.mac != nil {
+		r.mac.Reset()
+		r.mac.Write([]byte(kind))
+		r.mac.Write([]byte{0})
+		r.mac.Write([]byte(cursor))
+		sum = r.mac.Sum(nil)
+	} else {
+		s := sha256.Sum256([]byte(cursor))
+		sum = s[:]
+	}
+	d := hex.EncodeToString(sum)
+	r.chain.Write([]byte(kind[:1] + d + "\n"))
+	return d
+}
+
+func (r *round) snapshot(meta mcp.Meta) {
+	id, ok := meta[r.opts.SnapshotMetaKey].(string)
+	if !ok || id == "" {
+		return
+	}
+	r.res.SnapshotPages++
+	if slices.Contains(r.res.SnapshotIDs, id) {
+		return
+	}
+	if len(r.res.SnapshotIDs) >= maxSnapshotIDs {
+		r.idsOverflow = true
+		return
+	}
+	r.res.SnapshotIDs = append(r.res.SnapshotIDs, id)
+}
+
+func method(kind string) string {
+	if kind == KindTemplate {
+		return "resources/templates/list"
+	}
+	return "resources/list"
+}
+
+// redactedError hides a cursor that a server echoed in its error message: a cursor never
+// leaves the round, not even in a failure text (R2).
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+func redact(err error, cursor string) error {
+	if cursor == "" || !strings.Contains(err.Error(), cursor) {
+		return err
+	}
+	return &redactedError{msg: strings.ReplaceAll(err.Error(), cursor, "<cursor>"), err: err}
+}
+
+// classify maps a list request's error to a round failure kind.
+func classify(err error, withCursor bool) string {
+	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
+		return contract.RoundStaleSession
+	}
+	var werr *jsonrpc.Error
+	if withCursor && errors.As(err, &werr) && werr.Code == jsonrpc.CodeInvalidParams {
+		return contract.RoundCursorError
+	}
+	return contract.RoundListError
+}
+
+// setDigest sorts entries and digests the multiset; it also counts entries listed twice.
+func setDigest(entries []Entry) (string, int) {
+	slices.SortFunc(entries, compareEntries)
+	h := sha256.New()
+	var buf bytes.Buffer
+	dups := 0
+	for i, e := range entries {
+		if i > 0 && entries[i-1].Kind == e.Kind && entries[i-1].ServerURI == e.ServerURI {
+			dups++
+		}
+		buf.Reset()
+		buf.WriteString(e.Kind)
+		buf.WriteByte(0)
+		buf.WriteString(e.ServerURI)
+		buf.WriteByte(0)
+		buf.WriteString(e.Name)
+		buf.WriteByte(0)
+		buf.WriteString(e.MIMEType)
+		buf.WriteByte('\n')
+		h.Write(buf.Bytes())
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), dups
+}
+
+func compareEntries(a, b Entry) int {
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.ServerURI, b.ServerURI),
+		cmp.Compare(a.Name, b.Name), cmp.Compare(a.MIMEType, b.MIMEType))
+}
