@@ -104,22 +104,30 @@ func (g *run) chaosSource(ctx context.Context, name string, n int, extra ...stri
 			return nil, nil, err
 		}
 	}
+	if err := g.waitActive(ctx, name, n); err != nil {
+		return nil, nil, err
+	}
+	return srv, uriOf, nil
+}
+
+// waitActive waits until n subscriptions of a source are ACTIVE with a first version.
+func (g *run) waitActive(ctx context.Context, source string, n int) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var active int
 		if err := g.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM subscriptions s JOIN sources so ON so.id = s.source_id
-			WHERE so.name = $1 AND s.state = 'ACTIVE' AND s.last_accepted_ordinal > 0`, name).Scan(&active); err != nil {
-			return nil, nil, err
+			WHERE so.name = $1 AND s.state = 'ACTIVE' AND s.last_accepted_ordinal > 0`, source).Scan(&active); err != nil {
+			return err
 		}
-		if active == n {
-			return srv, uriOf, nil
+		if active >= n {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return nil, nil, fmt.Errorf("%d of %d subscriptions of %s ACTIVE after 5 minutes", active, n, name)
+			return fmt.Errorf("%d of %d subscriptions of %s ACTIVE after 5 minutes", active, n, source)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
