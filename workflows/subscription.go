@@ -31,6 +31,10 @@ const (
 	outcomeAlreadyDone      = "ALREADY_DONE"
 	outcomeOldSession       = "OLD_SESSION"
 	outcomeOldGeneration    = "OLD_GENERATION"
+
+	tombstoneResourcePresent = "RESOURCE_PRESENT"
+	tombstoneNotPending      = "NOT_TOMBSTONE_PENDING"
+	tombstoneOldGeneration   = "OLD_GENERATION"
 )
 
 // Tunables of SubscriptionWorkflow. Variables so that tests can shorten them.
@@ -200,7 +204,7 @@ func (w *subscription) run() (contract.StateView, error) {
 		case fsm.Active:
 			w.idle()
 		case fsm.TombstonePending:
-			w.waitForSignal()
+			w.reconcileTombstone()
 		default:
 			return w.view(), fmt.Errorf("subscription in unexpected state %s", w.m.State)
 		}
@@ -647,6 +651,69 @@ func (w *subscription) afterRefusal(outcome string) {
 		w.st.Reason = "read refused: " + outcome
 	default:
 		w.apply(fsm.ReadSettled)
+	}
+}
+
+// reconcileTombstone confirms or clears a TOMBSTONE_PENDING subscription by list
+// reconciliation (R21): a discovery scan of the source, started after the not-found read, is
+// offered to the ledger's ConfirmTombstone. A catalog without the URI confirms the deletion:
+// the ledger writes the tombstone and its invalidation and passes the close fence at once, and
+// the subscription then unsubscribes and closes. A catalog that lists the URI brings the
+// subscription back to ACTIVE and re-reads it. Anything else scans again, with backoff.
+func (w *subscription) reconcileTombstone() {
+	attempt := w.st.TombstoneAttempts
+	f := StartReconciliationScan(w.ctx, contract.ReconcileScanRequest{
+		SourceID: w.in.SourceID, Source: w.in.Source, SubscriptionID: w.st.SubscriptionID,
+		Generation: w.st.Generation, ReadOrdinal: w.st.LastAcceptedOrdinal, Attempt: attempt,
+	})
+	w.await(f)
+	if w.m.State != fsm.TombstonePending {
+		return // closed, or the session changed, while the scan ran
+	}
+	retry := func(reason string) {
+		w.st.TombstoneAttempts++
+		w.st.Reason = "tombstone pending: " + reason
+		w.sleep(backoff(w.st.TombstoneAttempts, 2*time.Second, EstablishRetryMax))
+	}
+	var res contract.DiscoveryScanResult
+	if err := f.Get(w.ctx, &res); err != nil {
+		retry("reconciliation scan failed: " + rootMessage(err))
+		return
+	}
+	var out contract.ConfirmTombstoneOutput
+	if err := w.local(contract.ActConfirmTombstone, contract.ConfirmTombstoneInput{
+		SubscriptionID: w.st.SubscriptionID, Generation: w.st.Generation, CatalogID: res.CatalogID,
+	}, &out); err != nil {
+		retry("confirming failed: " + err.Error())
+		return
+	}
+	switch {
+	case okOutcome(out.Outcome):
+		w.st.CloseEpoch, w.st.TombstoneAttempts = out.CloseEpoch, 0
+		w.st.Reason = fmt.Sprintf("deleted: read %d answered not found and catalog %d (%s) does not list it", out.ReadOrdinal, res.CatalogID, res.Level)
+		w.apply(fsm.TombstoneConfirmed)
+	case out.Refusal == tombstoneResourcePresent:
+		var tr contract.TransitionOutput
+		if err := w.local(contract.ActRestoreFromTombstone, w.transition(0, ""), &tr); err != nil || !okOutcome(tr.Outcome) {
+			retry(fmt.Sprintf("resource listed again, restoring refused (%s %s)", tr.Outcome, tr.State))
+			return
+		}
+		w.st.TombstoneAttempts, w.st.Reason = 0, ""
+		w.nextReason = "reconcile"
+		w.apply(fsm.ResourcePresent)
+	case out.Refusal == tombstoneNotPending || out.Refusal == tombstoneOldGeneration:
+		// The ledger moved on (a session change or a close): follow it.
+		if ref, err := w.ledgerState(); err == nil && fsm.State(ref.State) != fsm.TombstonePending {
+			if fsm.State(ref.State).Closing() {
+				w.m.State = fsm.State(ref.State)
+			} else {
+				w.apply(fsm.IdentityUnknown)
+			}
+			return
+		}
+		retry("ledger refused: " + out.Refusal)
+	default:
+		retry(fmt.Sprintf("catalog %d (%s) cannot confirm: %s", res.CatalogID, res.Level, out.Refusal))
 	}
 }
 

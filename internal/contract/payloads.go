@@ -40,6 +40,7 @@ type SubscriptionState struct {
 	LastAcceptedDigest   string
 	Counters             Counters
 	UnsubscribeAttempts  int
+	TombstoneAttempts    int // reconciliation scans run for the current not-found read
 	EstablishFailures    int
 	ContinuedAsNew       int
 	LastSignalIDs        []string // recent unsubscribe/revoke/reconcile IDs, for dedupe
