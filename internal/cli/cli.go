@@ -1,7 +1,8 @@
 // Package cli is the mcpsync command line. Run executes one command and returns its exit
 // code: 0 success, 1 failure (a service unreachable, an operation that did not complete), 2
 // bad input (one clear line on stderr), 3 nothing found, 4 refused (a catalog the purpose may
-// not have, see ExitRefused). Commands that report state accept --json.
+// not have, see ExitRefused), 5 denied (no standing grant, ExitDenied), 6 the output guard
+// rejected the content (ExitGuardRejected). Commands that report state accept --json.
 package cli
 
 import (
@@ -189,7 +190,8 @@ func printUsage(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, DATABASE_URL (defaults match mcpsync-dev)")
-	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 bad input, 3 nothing found, 4 refused (catalog short of the purpose's proof level)")
+	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 bad input, 3 nothing found, 4 refused (catalog short of the purpose's proof level),")
+	fmt.Fprintln(w, "            5 denied (no standing grant), 6 rejected by the output guard")
 }
 
 // parse parses flags that may appear before or after positional arguments, and checks the
