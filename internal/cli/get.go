@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"time"
 
@@ -116,6 +117,8 @@ func get(ctx context.Context, e *runEnv, args []string) error {
 	switch {
 	case errors.Is(err, ledger.ErrNoGrant):
 		return deniedErr(err)
+	case errors.Is(err, ledger.ErrNotPublished):
+		return &exitError{ExitDenied, fmt.Errorf("%s is not published under the current roll-out (shadow mode or outside the refresh percentage; see mcpsync rollout status)", norm)}
 	case errors.As(err, &refusal):
 		if *asJSON {
 			if err := writeJSON(e.Stdout, toGetJSON(res, *principal, norm, pol, *forIndex)); err != nil {

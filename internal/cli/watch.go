@@ -64,7 +64,7 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 		}
 		for _, r := range rows {
 			cur = r.Cursor
-			if r.SourceID == nil || (only != 0 && *r.SourceID != only) || (r.Kind != "version" && r.Kind != "tombstone") {
+			if r.Shadow || r.SourceID == nil || (only != 0 && *r.SourceID != only) || (r.Kind != "version" && r.Kind != "tombstone") {
 				continue
 			}
 			name := r.SourceName

@@ -46,6 +46,7 @@ type Deliver func(ctx context.Context, batch []ledger.OutboxEvent) error
 // Stats counts what Run did.
 type Stats struct {
 	Delivered int // rows handed to Deliver and committed
+	Shadowed  int // rows skipped because their version was not published (R30)
 	Batches   int // batches committed
 	Wakeups   int // notifications received
 	Polls     int // reads started by the fallback timer or a held-back retry
@@ -91,15 +92,26 @@ func Run(ctx context.Context, st *ledger.Store, opts Options, deliver Deliver) (
 			return stats, err
 		}
 		if len(rows) > 0 {
-			if err := deliver(ctx, rows); err != nil {
-				return stats, fmt.Errorf("consumers: deliver to %s: %w", opts.Consumer, err)
+			// Invalidations of versions not published under the roll-out (shadow mode, R30)
+			// never reach consumers; the offset moves past them all the same.
+			published := rows[:0:0]
+			for _, r := range rows {
+				if !r.Shadow {
+					published = append(published, r)
+				}
+			}
+			if len(published) > 0 {
+				if err := deliver(ctx, published); err != nil {
+					return stats, fmt.Errorf("consumers: deliver to %s: %w", opts.Consumer, err)
+				}
 			}
 			last := rows[len(rows)-1].Cursor
-			if _, err := st.CommitConsumer(context.WithoutCancel(ctx), opts.Consumer, last, len(rows)); err != nil {
+			if _, err := st.CommitConsumer(context.WithoutCancel(ctx), opts.Consumer, last, len(published)); err != nil {
 				return stats, err
 			}
 			cur = last
-			stats.Cursor, stats.Delivered, stats.Batches = cur, stats.Delivered+len(rows), stats.Batches+1
+			stats.Cursor, stats.Delivered, stats.Batches = cur, stats.Delivered+len(published), stats.Batches+1
+			stats.Shadowed += len(rows) - len(published)
 			if opts.Limit > 0 && stats.Delivered >= opts.Limit {
 				return stats, nil
 			}

@@ -136,7 +136,7 @@ func (s *Store) OutboxBatch(ctx context.Context, cur OutboxCursor, limit int) (r
 			ORDER BY txid, id LIMIT $3)
 		SELECT held.flag, o.txid::text, o.id, o.kind, o.idempotency_key, o.subscription_id, coalesce(o.principal, ''),
 		       o.source_id, coalesce(o.uri, ''), coalesce(o.digest, ''), o.read_ordinal, o.created_at,
-		       coalesce(so.name, ''), o.detail
+		       coalesce(so.name, ''), o.detail, coalesce(o.shadow, false)
 		FROM held LEFT JOIN batch o ON true LEFT JOIN sources so ON so.id = o.source_id
 		ORDER BY o.txid, o.id`, tx, cur.ID, limit)
 	if err != nil {
@@ -150,7 +150,7 @@ func (s *Store) OutboxBatch(ctx context.Context, cur OutboxCursor, limit int) (r
 		var created *time.Time
 		var detail []byte
 		if err := q.Scan(&heldBack, &txid, &id, &kind, &key, &e.SubscriptionID, &e.Principal,
-			&e.SourceID, &e.URI, &e.Digest, &e.ReadOrdinal, &created, &e.SourceName, &detail); err != nil {
+			&e.SourceID, &e.URI, &e.Digest, &e.ReadOrdinal, &created, &e.SourceName, &detail, &e.Shadow); err != nil {
 			return nil, false, fmt.Errorf("ledger: read outbox: %w", err)
 		}
 		if txid == nil {

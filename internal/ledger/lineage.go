@@ -194,10 +194,11 @@ const readSQL = `
 		WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL
 		FOR SHARE),
 	s AS MATERIALIZED (
-		SELECT id, state, state_reason, session_generation, last_verified_at FROM subscriptions
+		SELECT id, state, state_reason, session_generation, last_verified_at,
+		       mcpsync_published(workflow_id) AS published FROM subscriptions
 		WHERE principal = $1 AND source_id = $2 AND uri = $3 AND EXISTS (SELECT 1 FROM g)),
 	v AS MATERIALIZED (
-		SELECT * FROM resource_versions WHERE subscription_id = (SELECT id FROM s)
+		SELECT * FROM resource_versions WHERE subscription_id = (SELECT id FROM s WHERE published)
 		ORDER BY read_ordinal DESC LIMIT 1),
 	gv AS MATERIALIZED (
 		SELECT * FROM guard_verdicts WHERE digest = (SELECT digest FROM v) AND policy_id = $4),
@@ -215,7 +216,7 @@ const readSQL = `
 		FROM sources so LEFT JOIN sessions se
 		  ON se.source_id = so.id AND se.generation = so.current_generation AND se.ended_at IS NULL
 		WHERE so.id = $2)
-	SELECT (SELECT epoch FROM g), s.id, s.state, s.state_reason, s.session_generation, s.last_verified_at,
+	SELECT (SELECT epoch FROM g), s.id, s.state, s.state_reason, s.session_generation, s.last_verified_at, s.published,
 	       sess.name, sess.generation, sess.cap_subscribe, sess.backstop_seconds, sess.poll_seconds,
 	       v.id, v.subscription_id, v.principal, v.source_id, v.uri, v.kind, v.mime_type, v.digest, v.size,
 	       v.read_ordinal, v.generation, v.session_generation, v.request_id, v.auth_subject, v.server_name,
@@ -231,6 +232,7 @@ const readSQL = `
 // readRow holds the nullable columns of readSQL.
 type readRow struct {
 	epoch, subID, subSessGen                                *int64
+	published                                               *bool
 	state, reason, sourceName                               *string
 	verified                                                *time.Time
 	sessGen                                                 *int64
@@ -259,7 +261,7 @@ func deref[T any](p *T) T {
 func (s *Store) readOnce(ctx context.Context, req ReadRequest) (ReadResult, error) {
 	var r readRow
 	err := s.pool.QueryRow(ctx, readSQL, req.Principal, req.SourceID, req.URI, req.PolicyID, req.ForIndex).Scan(
-		&r.epoch, &r.subID, &r.state, &r.reason, &r.subSessGen, &r.verified,
+		&r.epoch, &r.subID, &r.state, &r.reason, &r.subSessGen, &r.verified, &r.published,
 		&r.sourceName, &r.sessGen, &r.capSubscribe, &r.backstop, &r.poll,
 		&r.vID, &r.vSub, &r.vPrincipal, &r.vSource, &r.vURI, &r.vKind, &r.vMIME, &r.vDigest, &r.vSize,
 		&r.vOrd, &r.vGen, &r.vSessGen, &r.vReq, &r.vSubject, &r.vServerName,
@@ -291,6 +293,9 @@ func (s *Store) readOnce(ctx context.Context, req ReadRequest) (ReadResult, erro
 			period, res.Refresh = deref(r.backstop), "notify"
 		}
 		res.StalenessBoundSeconds = period + (period+4)/5
+	}
+	if !deref(r.published) {
+		return res, fmt.Errorf("ledger: %s of %q: %w (shadow mode or outside the refresh percentage; see mcpsync rollout)", req.URI, req.Principal, ErrNotPublished)
 	}
 	if r.vID == nil {
 		return res, fmt.Errorf("ledger: no accepted version of %s yet (state %s): %w", req.URI, res.State, ErrNotFound)

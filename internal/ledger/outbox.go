@@ -26,6 +26,9 @@ type OutboxRow struct {
 	Digest         string
 	ReadOrdinal    *int64
 	CreatedAt      time.Time
+	// Shadow marks a version or tombstone invalidation accepted while its subscription was not
+	// published under the roll-out (R30): consumers skip it.
+	Shadow bool
 }
 
 // OutboxHead returns the cursor just past the newest row readable now, so a reader can start
