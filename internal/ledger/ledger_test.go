@@ -273,8 +273,8 @@ func TestAcceptIdempotencyAndRefusals(t *testing.T) {
 	if err := f.st.Pool().QueryRow(f.ctx, `SELECT count(*) FROM receipts WHERE subscription_id = $1 AND read_ordinal IS NOT NULL`, f.sub.ID).Scan(&receipts); err != nil {
 		t.Fatal(err)
 	}
-	if receipts != 5 { // accepted, duplicate, two not-dispatched, revalidated
-		t.Errorf("read receipts = %d, want 5", receipts)
+	if receipts != 7 { // two allocations, accepted, duplicate, two not-dispatched, revalidated
+		t.Errorf("read receipts = %d, want 7", receipts)
 	}
 }
 

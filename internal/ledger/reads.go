@@ -16,7 +16,7 @@ type AllocateRequest struct {
 	Generation        int64
 	SessionGeneration int64
 	URI               string // normalized
-	RequestID         string // unique per subscription; replaying it returns the same ordinal
+	RequestID         string // unique per subscription; replaying it returns the first outcome
 	Reason            ReadReason
 }
 
@@ -24,87 +24,124 @@ type AllocateRequest struct {
 type Dispatch struct {
 	Outcome Outcome
 	Ordinal int64
-	State   State // the subscription's state when refused
+	State   State // the subscription's state when the outcome was first decided
+}
+
+func (req AllocateRequest) idemKey() string {
+	return fmt.Sprintf("allocate/%d/%s", req.SubscriptionID, req.RequestID)
 }
 
 // AllocateReadOrdinal issues the next readOrdinal by compare-and-set (R14): one statement
 // raises last_issued_ordinal and stores the dispatch (request ID, reason, generation, session
-// generation, URI), only while the subscription is ACTIVE in that generation and session and
-// the session is the source's current one. Refusals are NotActive (closing or not yet active,
-// R18), OldGeneration, OldSession or Refused (URI mismatch), each with a receipt. Replaying a
-// request ID returns the ordinal first issued for it.
+// generation, URI) and its ALLOCATED receipt, only while the subscription is ACTIVE in that
+// generation and session and the session is the source's current one. Otherwise the same
+// statement records one receipt with the refusal: NotActive (closing or not yet active, R18),
+// OldGeneration, OldSession (R12) or Refused (URI mismatch, a generation or session never
+// issued). The request ID is the idempotency key: replaying it returns the first outcome (the
+// ordinal first issued, or the first refusal) and writes nothing.
 func (s *Store) AllocateReadOrdinal(ctx context.Context, req AllocateRequest) (Dispatch, error) {
 	if !req.Reason.Valid() || req.RequestID == "" {
 		return Dispatch{}, fmt.Errorf("ledger: allocate read ordinal: reason %q, request %q: %w", req.Reason, req.RequestID, ErrInvalid)
 	}
-	for attempt := 0; ; attempt++ {
-		d, err := s.allocateOnce(ctx, req)
-		if err != nil && isUniqueViolation(err) && attempt == 0 {
-			continue // a concurrent replay of the same request ID won; read its ordinal
-		}
-		if err != nil {
-			return Dispatch{}, fmt.Errorf("ledger: allocate read ordinal for subscription %d: %w", req.SubscriptionID, err)
-		}
-		return d, nil
+	d, err := retryOnConflict(func() (Dispatch, error) { return s.allocateOnce(ctx, req) })
+	if err != nil {
+		return Dispatch{}, fmt.Errorf("ledger: allocate read ordinal for subscription %d: %w", req.SubscriptionID, err)
 	}
+	return d, nil
 }
 
-func (s *Store) allocateOnce(ctx context.Context, req AllocateRequest) (Dispatch, error) {
-	var d Dispatch
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT ordinal FROM read_dispatches WHERE subscription_id = $1 AND request_id = $2`,
-			req.SubscriptionID, req.RequestID).Scan(&d.Ordinal)
-		if err == nil {
-			d.Outcome = Allocated
-			return nil
-		}
-		if err != pgx.ErrNoRows {
-			return err
-		}
-		err = tx.QueryRow(ctx, `
-			WITH s AS (
-				UPDATE subscriptions s SET last_issued_ordinal = s.last_issued_ordinal + 1
-				FROM sources so
-				WHERE s.id = $1 AND s.generation = $2 AND s.session_generation = $3 AND s.uri = $4
-				  AND s.state = 'ACTIVE' AND so.id = s.source_id AND so.current_generation = $3
-				RETURNING s.id, s.last_issued_ordinal)
+// allocateSQL is AllocateReadOrdinal's one statement: the compare-and-set that issues the
+// ordinal with its dispatch and ALLOCATED receipt, or else the labelled refusal receipt.
+var allocateSQL = `
+		WITH prior AS (
+			SELECT kind, read_ordinal, detail->>'state' AS state FROM receipts WHERE idem_key = $7),
+		alloc AS (
+			UPDATE subscriptions s SET last_issued_ordinal = s.last_issued_ordinal + 1
+			FROM sources so
+			WHERE s.id = $1 AND s.generation = $2 AND s.session_generation = $3 AND s.uri = $4
+			  AND s.state = 'ACTIVE' AND so.id = s.source_id AND so.current_generation = $3
+			  AND NOT EXISTS (SELECT 1 FROM prior)
+			RETURNING s.id, s.source_id, s.last_issued_ordinal),
+		d AS (
 			INSERT INTO read_dispatches (subscription_id, ordinal, generation, session_generation, uri, request_id, reason)
-			SELECT id, last_issued_ordinal, $2, $3, $4, $5, $6 FROM s
-			RETURNING ordinal`, req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI,
-			req.RequestID, string(req.Reason)).Scan(&d.Ordinal)
-		if err == nil {
-			d.Outcome = Allocated
-			return nil
-		}
-		if err != pgx.ErrNoRows {
-			return err
-		}
-		var gen, sgen, current int64
-		var uri string
-		if err := tx.QueryRow(ctx, `SELECT s.state, s.generation, s.session_generation, s.uri, so.current_generation
-			FROM subscriptions s JOIN sources so ON so.id = s.source_id WHERE s.id = $1`, req.SubscriptionID).
-			Scan(&d.State, &gen, &sgen, &uri, &current); err != nil {
-			return notFound(err, fmt.Sprintf("subscription %d", req.SubscriptionID))
-		}
-		switch {
-		case req.Generation != gen:
-			d.Outcome = OldGeneration
-		case req.SessionGeneration != sgen || req.SessionGeneration != current:
-			d.Outcome = OldSession
-		case req.URI != uri:
-			d.Outcome = Refused
-		default:
-			d.Outcome = NotActive
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation, session_generation, request_id, uri, detail)
-			SELECT $2, $3, source_id, id, $4, $5, $6, $7, jsonb_build_object('phase', 'allocate', 'reason', $8::text, 'state', state)
-			FROM subscriptions WHERE id = $1
-			ON CONFLICT (idem_key) DO NOTHING`,
-			req.SubscriptionID, fmt.Sprintf("allocate/%d/%s", req.SubscriptionID, req.RequestID), string(d.Outcome),
-			req.Generation, req.SessionGeneration, req.RequestID, req.URI, string(req.Reason))
-		return err
-	})
-	return d, err
+			SELECT id, last_issued_ordinal, $2, $3, $4, $5, $6 FROM alloc
+			RETURNING ordinal),
+		rc AS (
+			INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
+				session_generation, read_ordinal, request_id, uri, detail)
+			SELECT $7, 'ALLOCATED', source_id, id, $2, $3, last_issued_ordinal, $5, $4,
+			       jsonb_build_object('phase', 'allocate', 'reason', $6::text, 'state', 'ACTIVE')
+			FROM alloc
+			RETURNING 1),
+		-- Refused: label the refusal from the current row and record it once. The label
+		-- decides nothing; the compare-and-set above already refused.
+		cur AS (
+			SELECT s.id, s.source_id, s.state, s.generation, s.session_generation, s.uri, so.current_generation
+			FROM subscriptions s JOIN sources so ON so.id = s.source_id
+			WHERE s.id = $1),
+		cls AS (
+			SELECT cur.*, CASE
+				WHEN $2 < generation THEN 'OLD_GENERATION'
+				WHEN $2 > generation THEN 'REFUSED'
+				WHEN $3 < greatest(session_generation, current_generation) THEN 'OLD_SESSION'
+				WHEN $3 > current_generation OR $4 <> uri THEN 'REFUSED'
+				ELSE 'NOT_ACTIVE' END AS kind
+			FROM cur
+			WHERE NOT EXISTS (SELECT 1 FROM alloc) AND NOT EXISTS (SELECT 1 FROM prior)),
+		ref AS (
+			INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
+				session_generation, request_id, uri, detail)
+			SELECT $7, kind, source_id, id, $2, $3, $5, $4,
+			       jsonb_build_object('phase', 'allocate', 'reason', $6::text, 'state', state)
+			FROM cls
+			ON CONFLICT (idem_key) DO NOTHING
+			RETURNING kind, detail->>'state' AS state)
+		SELECT p.kind, p.read_ordinal, p.state, (SELECT ordinal FROM d),
+		       (SELECT kind FROM ref), (SELECT state FROM ref), EXISTS (SELECT 1 FROM cur),
+		       (SELECT count(*) FROM rc)
+		FROM (SELECT 1) one LEFT JOIN prior p ON true`
+
+func (s *Store) allocateOnce(ctx context.Context, req AllocateRequest) (Dispatch, error) {
+	var priorKind, priorState, refusedKind, refusedState *string
+	var priorOrdinal, issued *int64
+	var exists bool
+	err := s.pool.QueryRow(ctx, allocateSQL,
+		req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.RequestID,
+		string(req.Reason), req.idemKey()).Scan(&priorKind, &priorOrdinal, &priorState, &issued,
+		&refusedKind, &refusedState, &exists, new(int64))
+	if err != nil {
+		return Dispatch{}, err
+	}
+	switch {
+	case issued != nil:
+		return Dispatch{Outcome: Allocated, Ordinal: *issued, State: StateActive}, nil
+	case priorKind != nil:
+		return priorDispatch(*priorKind, priorOrdinal, priorState), nil
+	case refusedKind != nil:
+		return priorDispatch(*refusedKind, nil, refusedState), nil
+	case !exists:
+		return Dispatch{}, fmt.Errorf("subscription %d: %w", req.SubscriptionID, ErrNotFound)
+	}
+	// A concurrent call with the same request ID recorded first (the refusal's insert found
+	// its key); its outcome stands.
+	err = s.pool.QueryRow(ctx, `SELECT kind, read_ordinal, detail->>'state' FROM receipts WHERE idem_key = $1`,
+		req.idemKey()).Scan(&priorKind, &priorOrdinal, &priorState)
+	if err != nil {
+		return Dispatch{}, fmt.Errorf("first outcome of %s: %w", req.idemKey(), err)
+	}
+	return priorDispatch(*priorKind, priorOrdinal, priorState), nil
+}
+
+// priorDispatch rebuilds the first outcome of an allocation from its receipt.
+func priorDispatch(kind string, ordinal *int64, state *string) Dispatch {
+	d := Dispatch{Outcome: Outcome(kind)}
+	if ordinal != nil && d.Outcome == Allocated {
+		d.Ordinal = *ordinal
+	}
+	if state != nil {
+		d.State = State(*state)
+	}
+	return d
 }
 
 // VersionInfo describes a read's response (R15). The body itself is in the blob table, under
@@ -139,25 +176,75 @@ func (r AcceptRequest) idemKey() string {
 	return fmt.Sprintf("accept/%d/%d/%s/%s", r.SubscriptionID, r.Ordinal, r.RequestID, r.Version.Digest)
 }
 
+// refusalCTEs label an answer ($1 subscription, $2 generation, $3 session generation, $4 URI,
+// $5 ordinal, $6 request ID) that the fence CTE named by the caller as "fence" did not let
+// through, and record its receipt under the key in prior, once. The label decides nothing:
+// the fence has already refused. It is, in this order: NOT_DISPATCHED (no dispatch with that
+// ordinal, request ID, generation, session generation and URI), OLD_GENERATION,
+// STALE_AFTER_CLOSE (R19: whenever the read was sent), DUPLICATE (the dispatch already has its
+// answer), OLD_SESSION, STALE. A refused answer to the very dispatch it names settles that
+// dispatch, so a second, different answer to it is a DUPLICATE; an answer that names no
+// dispatch settles nothing. %[1]s is the phase, %[2]s the digest expression.
+const refusalCTEs = `
+		cur AS (
+			SELECT s.id, s.source_id, s.state, s.generation, s.session_generation, s.last_accepted_ordinal
+			FROM subscriptions s WHERE s.id = $1),
+		disp AS (
+			SELECT outcome FROM read_dispatches
+			WHERE subscription_id = $1 AND ordinal = $5 AND request_id = $6
+			  AND generation = $2 AND session_generation = $3 AND uri = $4),
+		cls AS (
+			SELECT cur.*, CASE
+				WHEN NOT EXISTS (SELECT 1 FROM disp) THEN 'NOT_DISPATCHED'
+				WHEN $2 <> generation THEN 'OLD_GENERATION'
+				WHEN state IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN', 'CLOSED') THEN 'STALE_AFTER_CLOSE'
+				WHEN (SELECT outcome FROM disp) IS NOT NULL THEN 'DUPLICATE'
+				WHEN $3 <> session_generation THEN 'OLD_SESSION'
+				ELSE 'STALE' END AS kind
+			FROM cur
+			WHERE NOT EXISTS (SELECT 1 FROM fence) AND NOT EXISTS (SELECT 1 FROM prior)),
+		ref AS (
+			INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
+				session_generation, read_ordinal, request_id, uri, digest, detail)
+			SELECT (SELECT key FROM k), kind, source_id, id, $2, $3, $5, $6, $4, %[2]s,
+			       jsonb_build_object('phase', '%[1]s', 'state', state, 'watermark', last_accepted_ordinal)
+			FROM cls
+			ON CONFLICT (idem_key) DO NOTHING
+			RETURNING kind),
+		settle AS (
+			UPDATE read_dispatches SET outcome = (SELECT kind FROM ref), completed_at = now()
+			WHERE subscription_id = $1 AND ordinal = $5 AND request_id = $6 AND generation = $2
+			  AND session_generation = $3 AND uri = $4 AND outcome IS NULL
+			  AND (SELECT kind FROM ref) <> 'NOT_DISPATCHED'
+			RETURNING 1)`
+
 // AcceptResourceVersion is the single acceptance point acceptResourceVersion (R16, R17). In
 // one statement it accepts only if the subscription is still ACTIVE and its generation,
 // session generation and URI match a dispatched, not yet answered request with this ordinal
 // and request ID, and readOrdinal > lastAcceptedOrdinal; then it raises the watermark and
-// writes the resourceVersion.v1 receipt and the invalidation outbox row together. A read that
-// confirms the digest already accepted raises the watermark as Revalidated, without a new
-// version or invalidation. Otherwise it writes exactly one receipt: StaleAfterClose (R19),
-// OldGeneration, OldSession (R12), NotDispatched, Duplicate or Stale. Replaying the same
-// request (subscription, ordinal, request ID, digest) returns the first outcome and writes
-// nothing.
+// writes the resourceVersion.v1 row, the invalidation outbox row and the ACCEPTED receipt
+// together. A read that confirms the digest already accepted raises the watermark as
+// Revalidated, without a new version or invalidation. Otherwise the same statement writes
+// exactly one receipt: StaleAfterClose (R19), OldGeneration, OldSession (R12), NotDispatched,
+// Duplicate or Stale. The idempotency key is (subscription, ordinal, request ID, digest):
+// replaying it returns the first outcome and writes nothing.
 func (s *Store) AcceptResourceVersion(ctx context.Context, req AcceptRequest) (AcceptResult, error) {
 	if req.Version.Digest == "" || req.RequestID == "" {
 		return AcceptResult{}, fmt.Errorf("ledger: accept: digest %q, request %q: %w", req.Version.Digest, req.RequestID, ErrInvalid)
 	}
-	var res AcceptResult
-	var kind *string
-	var versionID *int64
-	err := s.pool.QueryRow(ctx, `
-		WITH upd AS (
+	res, err := retryOnConflict(func() (AcceptResult, error) { return s.acceptOnce(ctx, req) })
+	if err != nil {
+		return AcceptResult{}, fmt.Errorf("ledger: accept ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
+	}
+	return res, nil
+}
+
+// acceptSQL is AcceptResourceVersion's one statement: the fence, the version, the outbox row,
+// the settled dispatch and the receipt, or else the labelled refusal receipt (refusalCTEs).
+var acceptSQL = `
+		WITH k AS (SELECT $13::text AS key),
+		prior AS (SELECT kind FROM receipts WHERE idem_key = $13),
+		fence AS (
 			UPDATE subscriptions s SET
 				previous_accepted_digest = s.last_accepted_digest,
 				last_accepted_ordinal = $5,
@@ -171,6 +258,7 @@ func (s *Store) AcceptResourceVersion(ctx context.Context, req AcceptRequest) (A
 			              WHERE d.subscription_id = $1 AND d.ordinal = $5 AND d.request_id = $6
 			                AND d.generation = $2 AND d.session_generation = $3 AND d.uri = $4
 			                AND d.outcome IS NULL)
+			  AND NOT EXISTS (SELECT 1 FROM prior)
 			RETURNING s.id, s.principal, s.source_id, s.uri,
 			          (s.previous_accepted_digest IS DISTINCT FROM s.last_accepted_digest) AS changed),
 		ver AS (
@@ -179,18 +267,18 @@ func (s *Store) AcceptResourceVersion(ctx context.Context, req AcceptRequest) (A
 				server_name, server_version, last_modified)
 			SELECT u.id, u.principal, u.source_id, u.uri, 'content', $8, $7, $9, $5, $2, $3, $6,
 			       so.subject, $10, $11, nullif($12, '')
-			FROM upd u JOIN sources so ON so.id = u.source_id WHERE u.changed
+			FROM fence u JOIN sources so ON so.id = u.source_id WHERE u.changed
 			RETURNING id),
 		ob AS (
 			INSERT INTO invalidation_outbox (kind, idempotency_key, subscription_id, principal,
 				source_id, uri, digest, read_ordinal)
 			SELECT 'version', 'version/' || u.id || '/' || $5::bigint, u.id, u.principal, u.source_id, u.uri, $7, $5
-			FROM upd u WHERE u.changed
+			FROM fence u WHERE u.changed
 			RETURNING id),
 		dis AS (
 			UPDATE read_dispatches SET completed_at = now(),
-				outcome = CASE WHEN (SELECT changed FROM upd) THEN 'ACCEPTED' ELSE 'REVALIDATED' END
-			WHERE subscription_id = $1 AND ordinal = $5 AND EXISTS (SELECT 1 FROM upd)
+				outcome = CASE WHEN (SELECT changed FROM fence) THEN 'ACCEPTED' ELSE 'REVALIDATED' END
+			WHERE subscription_id = $1 AND ordinal = $5 AND EXISTS (SELECT 1 FROM fence)
 			RETURNING 1),
 		rc AS (
 			INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
@@ -198,38 +286,58 @@ func (s *Store) AcceptResourceVersion(ctx context.Context, req AcceptRequest) (A
 			SELECT $13, CASE WHEN u.changed THEN 'ACCEPTED' ELSE 'REVALIDATED' END, u.source_id, u.id,
 			       $2, $3, $5, $6, u.uri, $7,
 			       jsonb_build_object('outbox', (SELECT id FROM ob), 'dispatch', (SELECT count(*) FROM dis))
-			FROM upd u
-			RETURNING kind)
-		SELECT (SELECT kind FROM rc), (SELECT id FROM ver)`,
+			FROM fence u
+			RETURNING kind),` + fmt.Sprintf(refusalCTEs, "accept", "$7") + `
+		SELECT coalesce((SELECT kind FROM rc), (SELECT kind FROM prior), (SELECT kind FROM ref)),
+		       coalesce((SELECT id FROM ver),
+		                (SELECT v.id FROM resource_versions v WHERE v.subscription_id = $1 AND v.read_ordinal = $5
+		                   AND v.request_id = $6 AND v.digest = $7 AND (SELECT kind FROM prior) = 'ACCEPTED')),
+		       EXISTS (SELECT 1 FROM cur), (SELECT count(*) FROM settle)`
+
+func (s *Store) acceptOnce(ctx context.Context, req AcceptRequest) (AcceptResult, error) {
+	var kind *string
+	var versionID *int64
+	var exists bool
+	err := s.pool.QueryRow(ctx, acceptSQL,
 		req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
 		req.RequestID, req.Version.Digest, req.Version.MIMEType, req.Version.Size,
 		req.Version.ServerName, req.Version.ServerVersion, req.Version.LastModified,
-		req.idemKey()).Scan(&kind, &versionID)
+		req.idemKey()).Scan(&kind, &versionID, &exists, new(int64))
 	if err != nil {
-		return AcceptResult{}, fmt.Errorf("ledger: accept ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
+		return AcceptResult{}, err
 	}
-	if kind != nil {
-		res.Outcome = Outcome(*kind)
-		if versionID != nil {
-			res.VersionID = *versionID
+	if kind == nil {
+		kind, err = s.firstOutcome(ctx, exists, req.SubscriptionID, req.idemKey())
+		if err != nil {
+			return AcceptResult{}, err
 		}
-		return res, nil
+		if Outcome(*kind) == Accepted {
+			err := s.pool.QueryRow(ctx, `SELECT id FROM resource_versions WHERE subscription_id = $1 AND read_ordinal = $2`,
+				req.SubscriptionID, req.Ordinal).Scan(&versionID)
+			if err != nil {
+				return AcceptResult{}, fmt.Errorf("version of the first, accepted call: %w", err)
+			}
+		}
 	}
-	out, err := s.refuse(ctx, refusal{
-		phase: "accept", idemKey: req.idemKey(), subscriptionID: req.SubscriptionID,
-		generation: req.Generation, sessionGeneration: req.SessionGeneration, uri: req.URI,
-		ordinal: req.Ordinal, requestID: req.RequestID, digest: req.Version.Digest,
-	})
-	if err != nil {
-		return AcceptResult{}, fmt.Errorf("ledger: accept ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
-	}
-	res.Outcome = out
-	if out == Accepted {
-		// A replay of a call that was accepted: report its version.
-		_ = s.pool.QueryRow(ctx, `SELECT id FROM resource_versions WHERE subscription_id = $1 AND read_ordinal = $2`,
-			req.SubscriptionID, req.Ordinal).Scan(&res.VersionID)
+	res := AcceptResult{Outcome: Outcome(*kind)}
+	if versionID != nil {
+		res.VersionID = *versionID
 	}
 	return res, nil
+}
+
+// firstOutcome reads the outcome recorded under key when a statement found neither its own
+// outcome nor a prior one: a concurrent call with the same key recorded first (its insert won
+// the key), or the subscription does not exist.
+func (s *Store) firstOutcome(ctx context.Context, exists bool, subscriptionID int64, key string) (*string, error) {
+	if !exists {
+		return nil, fmt.Errorf("subscription %d: %w", subscriptionID, ErrNotFound)
+	}
+	var kind string
+	if err := s.pool.QueryRow(ctx, `SELECT kind FROM receipts WHERE idem_key = $1`, key).Scan(&kind); err != nil {
+		return nil, fmt.Errorf("first outcome of %s: %w", key, err)
+	}
+	return &kind, nil
 }
 
 // NotFoundRequest reports that a dispatched read answered not-found.
@@ -246,19 +354,12 @@ func (r NotFoundRequest) idemKey() string {
 	return fmt.Sprintf("notfound/%d/%d/%s", r.SubscriptionID, r.Ordinal, r.RequestID)
 }
 
-// RecordNotFound passes a not-found answer through the same ordinal fence as content (R21):
-// only on an ACTIVE subscription, for a dispatched request with readOrdinal above the
-// watermark, does it move to TOMBSTONE_PENDING (raising the watermark, so no older read can
-// be accepted afterwards). No tombstone and no invalidation are written until list
-// reconciliation confirms the deletion. After the close fence it only leaves a
-// STALE_AFTER_CLOSE receipt (R19); other refusals are classified as for accepts.
-func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (Outcome, error) {
-	if req.RequestID == "" {
-		return "", fmt.Errorf("ledger: record not found: empty request ID: %w", ErrInvalid)
-	}
-	var kind *string
-	err := s.pool.QueryRow(ctx, `
-		WITH upd AS (
+// notFoundSQL is RecordNotFound's one statement: the fence into TOMBSTONE_PENDING with its
+// receipt, or else the labelled refusal receipt (refusalCTEs).
+var notFoundSQL = `
+		WITH k AS (SELECT $7::text AS key),
+		prior AS (SELECT kind FROM receipts WHERE idem_key = $7),
+		fence AS (
 			UPDATE subscriptions s SET state = 'TOMBSTONE_PENDING',
 				state_reason = 'read ' || $5::bigint || ' answered not found', last_accepted_ordinal = $5,
 				updated_at = now()
@@ -268,120 +369,54 @@ func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (Outcom
 			              WHERE d.subscription_id = $1 AND d.ordinal = $5 AND d.request_id = $6
 			                AND d.generation = $2 AND d.session_generation = $3 AND d.uri = $4
 			                AND d.outcome IS NULL)
+			  AND NOT EXISTS (SELECT 1 FROM prior)
 			RETURNING s.id, s.source_id, s.uri),
 		dis AS (
 			UPDATE read_dispatches SET completed_at = now(), outcome = 'TOMBSTONE_PENDING'
-			WHERE subscription_id = $1 AND ordinal = $5 AND EXISTS (SELECT 1 FROM upd)
+			WHERE subscription_id = $1 AND ordinal = $5 AND EXISTS (SELECT 1 FROM fence)
 			RETURNING 1),
 		rc AS (
 			INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
 				session_generation, read_ordinal, request_id, uri, detail)
 			SELECT $7, 'TOMBSTONE_PENDING', u.source_id, u.id, $2, $3, $5, $6, u.uri,
 			       jsonb_build_object('dispatch', (SELECT count(*) FROM dis))
-			FROM upd u
-			RETURNING kind)
-		SELECT kind FROM rc`,
-		req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
-		req.RequestID, req.idemKey()).Scan(&kind)
-	if err != nil && err != pgx.ErrNoRows {
-		return "", fmt.Errorf("ledger: not-found for ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
+			FROM fence u
+			RETURNING kind),` + fmt.Sprintf(refusalCTEs, "not_found", "NULL::text") + `
+		SELECT coalesce((SELECT kind FROM rc), (SELECT kind FROM prior), (SELECT kind FROM ref)),
+		       EXISTS (SELECT 1 FROM cur), (SELECT count(*) FROM settle)`
+
+// RecordNotFound passes a not-found answer through the same ordinal fence as content (R21), in
+// one statement: only on an ACTIVE subscription, for a dispatched, not yet answered request
+// with readOrdinal above the watermark, does it move to TOMBSTONE_PENDING (raising the
+// watermark, so no older read can be accepted afterwards). No tombstone and no invalidation are
+// written until list reconciliation confirms the deletion. After the close fence it only
+// leaves a STALE_AFTER_CLOSE receipt (R19); other refusals are labelled as for accepts, each
+// with one receipt. The idempotency key is (subscription, ordinal, request ID): replaying it
+// returns the first outcome and writes nothing.
+func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (Outcome, error) {
+	if req.RequestID == "" {
+		return "", fmt.Errorf("ledger: record not found: empty request ID: %w", ErrInvalid)
 	}
-	if kind != nil {
+	out, err := retryOnConflict(func() (Outcome, error) {
+		var kind *string
+		var exists bool
+		err := s.pool.QueryRow(ctx, notFoundSQL,
+			req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
+			req.RequestID, req.idemKey()).Scan(&kind, &exists, new(int64))
+		if err != nil {
+			return "", err
+		}
+		if kind == nil {
+			if kind, err = s.firstOutcome(ctx, exists, req.SubscriptionID, req.idemKey()); err != nil {
+				return "", err
+			}
+		}
 		return Outcome(*kind), nil
-	}
-	out, err := s.refuse(ctx, refusal{
-		phase: "not_found", idemKey: req.idemKey(), subscriptionID: req.SubscriptionID,
-		generation: req.Generation, sessionGeneration: req.SessionGeneration, uri: req.URI,
-		ordinal: req.Ordinal, requestID: req.RequestID,
 	})
 	if err != nil {
 		return "", fmt.Errorf("ledger: not-found for ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
 	}
 	return out, nil
-}
-
-type refusal struct {
-	phase             string
-	idemKey           string
-	subscriptionID    int64
-	generation        int64
-	sessionGeneration int64
-	uri               string
-	ordinal           int64
-	requestID         string
-	digest            string
-}
-
-// refuse classifies a response the fence did not let through and records exactly one receipt
-// for it (the idempotency key makes a replay find the first one). The classification labels
-// the receipt; it decides nothing, since the fence has already refused.
-func (s *Store) refuse(ctx context.Context, r refusal) (Outcome, error) {
-	var out Outcome
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var prior string
-		err := tx.QueryRow(ctx, `SELECT kind FROM receipts WHERE idem_key = $1`, r.idemKey).Scan(&prior)
-		if err == nil {
-			out = Outcome(prior)
-			return nil
-		}
-		if err != pgx.ErrNoRows {
-			return err
-		}
-		var st State
-		var gen, sgen, accepted int64
-		if err := tx.QueryRow(ctx, `SELECT state, generation, session_generation, last_accepted_ordinal
-			FROM subscriptions WHERE id = $1`, r.subscriptionID).Scan(&st, &gen, &sgen, &accepted); err != nil {
-			return notFound(err, fmt.Sprintf("subscription %d", r.subscriptionID))
-		}
-		var dGen, dSgen int64
-		var dURI string
-		var dOutcome *string
-		dispatched := true
-		err = tx.QueryRow(ctx, `SELECT generation, session_generation, uri, outcome FROM read_dispatches
-			WHERE subscription_id = $1 AND ordinal = $2 AND request_id = $3`,
-			r.subscriptionID, r.ordinal, r.requestID).Scan(&dGen, &dSgen, &dURI, &dOutcome)
-		if err == pgx.ErrNoRows {
-			dispatched = false
-		} else if err != nil {
-			return err
-		}
-		switch {
-		case !dispatched || dGen != r.generation || dSgen != r.sessionGeneration || dURI != r.uri:
-			out = NotDispatched
-		case r.generation != gen:
-			out = OldGeneration
-		case st.Closing():
-			out = StaleAfterClose // R19: audit only, whenever the read was sent
-		case dOutcome != nil:
-			out = Duplicate
-		case r.sessionGeneration != sgen:
-			out = OldSession
-		default:
-			out = Stale
-		}
-		var kind string
-		err = tx.QueryRow(ctx, `INSERT INTO receipts (idem_key, kind, source_id, subscription_id,
-				generation, session_generation, read_ordinal, request_id, uri, digest, detail)
-			SELECT $2, $3, source_id, id, $4, $5, $6, $7, $8, nullif($9, ''),
-			       jsonb_build_object('phase', $10::text, 'state', state, 'watermark', last_accepted_ordinal)
-			FROM subscriptions WHERE id = $1
-			ON CONFLICT (idem_key) DO NOTHING
-			RETURNING kind`, r.subscriptionID, r.idemKey, string(out), r.generation, r.sessionGeneration,
-			r.ordinal, r.requestID, r.uri, r.digest, r.phase).Scan(&kind)
-		if err == pgx.ErrNoRows {
-			// A concurrent identical call recorded first; report its outcome.
-			return tx.QueryRow(ctx, `SELECT kind FROM receipts WHERE idem_key = $1`, r.idemKey).Scan(&prior)
-		}
-		if err != nil {
-			return err
-		}
-		if dispatched && dOutcome == nil {
-			_, err = tx.Exec(ctx, `UPDATE read_dispatches SET outcome = $3, completed_at = now()
-				WHERE subscription_id = $1 AND ordinal = $2 AND outcome IS NULL`, r.subscriptionID, r.ordinal, string(out))
-		}
-		return err
-	})
-	return out, err
 }
 
 // Digest returns the content digest mcpsync uses everywhere: "sha256:" and the lower-case hex

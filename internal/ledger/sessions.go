@@ -80,7 +80,12 @@ func (s *Store) OpenSession(ctx context.Context, sourceID int64, hostQueue strin
 			caps.ListChanged, caps.SnapshotIDs, caps.ServerName, caps.ServerVersion, raw).Scan(&sess.StartedAt); err != nil {
 			return err
 		}
-		if err := fenceOldSessions(ctx, tx, sourceID, gen, fmt.Sprintf("session changed to generation %d", gen)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, session_generation, detail)
+			VALUES ($1, 'SESSION_OPENED', $2, $3, jsonb_build_object('host_queue', $4::text))`,
+			fmt.Sprintf("session-open/%d/%d", sourceID, gen), sourceID, gen, hostQueue); err != nil {
+			return err
+		}
+		if err := fenceOldSessions(ctx, tx, sourceID, gen, gen, fmt.Sprintf("session changed to generation %d", gen)); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT id, workflow_id, state FROM subscriptions
@@ -101,10 +106,11 @@ func (s *Store) OpenSession(ctx context.Context, sourceID int64, hostQueue strin
 	return sess, live, nil
 }
 
-// fenceOldSessions moves every subscription of the source bound to a session older than gen
-// out of the states in which that session could still change them (R12, R20), writing one
-// receipt per subscription moved.
-func fenceOldSessions(ctx context.Context, tx pgx.Tx, sourceID, gen int64, reason string) error {
+// fenceOldSessions moves every subscription of the source bound to a session generation below
+// below out of the states in which that session could still change them (R12, R20), writing
+// one receipt per subscription moved, in one statement. newGen names the session that replaced
+// them (0 when the session just ended).
+func fenceOldSessions(ctx context.Context, tx pgx.Tx, sourceID, below, newGen int64, reason string) error {
 	_, err := tx.Exec(ctx, `
 		WITH moved AS (
 			UPDATE subscriptions SET
@@ -122,28 +128,65 @@ func fenceOldSessions(ctx context.Context, tx pgx.Tx, sourceID, gen int64, reaso
 		INSERT INTO receipts (kind, source_id, subscription_id, generation, session_generation, uri, detail)
 		SELECT CASE WHEN state = 'CLOSED' THEN 'CLOSED_WITH_SESSION' ELSE 'SESSION_CHANGED' END,
 		       $1, id, generation, session_generation, uri,
-		       jsonb_build_object('new_session_generation', $2::bigint, 'state', state)
-		FROM moved`, sourceID, gen, reason)
+		       jsonb_build_object('new_session_generation', $4::bigint, 'state', state)
+		FROM moved`, sourceID, below, reason, newGen)
 	return err
 }
 
-// EndSession records that a session's connection ended. If it was the source's current
-// session, its subscriptions are fenced as by OpenSession: live ones need reconciliation and
-// in-flight or unknown unsubscribes are CLOSED (R20). Ending a session twice does nothing.
+// EndSession records that a session's connection ended; see CloseSession. Ending a session
+// twice, or one that a newer session already superseded, does nothing.
 func (s *Store) EndSession(ctx context.Context, sourceID, generation int64, reason string) error {
+	_, err := s.CloseSession(ctx, sourceID, generation, reason)
+	return err
+}
+
+// CloseSession ends session generation generation of a source, only if it is the source's
+// current, live session (R12): in one transaction it marks the session ended, writes its
+// SESSION_ENDED receipt and fences its subscriptions as OpenSession does — live ones need
+// reconciliation, in-flight or unknown unsubscribes are CLOSED (R20). It returns Transitioned;
+// AlreadyDone when that session had already ended; OldSession when a newer session superseded
+// it; Refused for a generation the source never had. Only Transitioned writes anything.
+func (s *Store) CloseSession(ctx context.Context, sourceID, generation int64, reason string) (Outcome, error) {
+	var out Outcome
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE sessions SET ended_at = now(), end_reason = $3
-			WHERE source_id = $1 AND generation = $2 AND ended_at IS NULL`, sourceID, generation, reason)
-		if err != nil || tag.RowsAffected() == 0 {
+		tag, err := tx.Exec(ctx, `UPDATE sessions se SET ended_at = now(), end_reason = $3
+			FROM sources so
+			WHERE se.source_id = $1 AND se.generation = $2 AND se.ended_at IS NULL
+			  AND so.id = se.source_id AND so.current_generation = $2`, sourceID, generation, reason)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			var current int64
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT so.current_generation,
+					EXISTS (SELECT 1 FROM sessions WHERE source_id = $1 AND generation = $2)
+				FROM sources so WHERE so.id = $1`, sourceID, generation).Scan(&current, &exists); err != nil {
+				return notFound(err, fmt.Sprintf("source %d", sourceID))
+			}
+			switch {
+			case !exists:
+				out = Refused
+			case generation < current:
+				out = OldSession
+			default:
+				out = AlreadyDone
+			}
+			return nil
+		}
+		out = Transitioned
+		if _, err := tx.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, session_generation, detail)
+			VALUES ($1, 'SESSION_ENDED', $2, $3, jsonb_build_object('reason', $4::text))`,
+			fmt.Sprintf("session-end/%d/%d", sourceID, generation), sourceID, generation, reason); err != nil {
 			return err
 		}
 		// Everything bound to this generation or older loses its session.
-		return fenceOldSessions(ctx, tx, sourceID, generation+1, "session ended: "+reason)
+		return fenceOldSessions(ctx, tx, sourceID, generation+1, 0, "session ended: "+reason)
 	})
 	if err != nil {
-		return fmt.Errorf("ledger: end session %d/%d: %w", sourceID, generation, err)
+		return "", fmt.Errorf("ledger: end session %d/%d: %w", sourceID, generation, err)
 	}
-	return nil
+	return out, nil
 }
 
 // CurrentSession returns the source's newest session if it is still live, or ErrNoSession.

@@ -1,9 +1,20 @@
 // Package ledger is mcpsync's single source of truth and its only fence. Every transition that
 // SPEC.md guards by compare-and-set is one SQL statement (or one transaction) whose WHERE clause
 // carries the whole condition: state, subscription generation, session generation and ordinal.
-// Callers branch on the typed Outcome each call returns; every outcome, accepted or refused, is
-// recorded as a receipt, and replaying a call with the same key returns the first outcome
-// without writing twice (Temporal retries activities).
+// Callers branch on the typed Outcome each call returns.
+//
+// Receipts and replays. Every call that has an idempotency key — AllocateReadOrdinal (the
+// request ID), AcceptResourceVersion (ordinal, request ID, digest), RecordNotFound (ordinal,
+// request ID), BeginUnsubscribe (generation), CompleteUnsubscribe and MarkUnsubscribeUnknown
+// (generation, close epoch) — records exactly one receipt under that key, whatever its outcome,
+// and replaying it returns that first outcome and writes nothing (Temporal retries
+// activities). The other transitions (BeginSubscribe, Activate, MarkReconciliationRequired,
+// RestoreFromTombstone, CloseSession) record a receipt when they change state; a repeat finds
+// the state already changed and answers AlreadyDone, and a refusal changes and records nothing.
+//
+// Receipts that record a change are written while the statement holds the subscription row, so
+// their ids order a subscription's history as it committed (internal/shuffle replays that
+// history to check the fences). Refusal receipts carry no state and need no order.
 package ledger
 
 import (
@@ -134,9 +145,18 @@ func (r ReadReason) Valid() bool {
 	return false
 }
 
-func isUniqueViolation(err error) bool {
+// isRetryable reports whether a statement rolled back in a way a retry resolves: a unique
+// violation (a concurrent call with the same key won), a deadlock or a serialization failure.
+func isRetryable(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "23505", "40P01", "40001":
+		return true
+	}
+	return false
 }
 
 func notFound(err error, what string) error {

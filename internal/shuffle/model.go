@@ -1,0 +1,356 @@
+package shuffle
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/mcpsync/mcpsync/internal/ledger"
+)
+
+// opKind is a ledger call the harness makes.
+type opKind uint8
+
+const (
+	opAllocate opKind = iota
+	opAccept
+	opNotFound
+	opBeginUnsubscribe
+	opComplete
+	opUnknown
+	opOpenSession
+	opCloseSession
+	opBeginSubscribe
+	opActivate
+	opRestore
+	opMarkRR
+	opEnsure
+)
+
+var opNames = [...]string{"allocate", "accept", "not-found", "begin-unsubscribe", "complete-unsubscribe",
+	"unsubscribe-unknown", "open-session", "close-session", "begin-subscribe", "activate", "restore", "mark-rr", "ensure"}
+
+func (k opKind) String() string { return opNames[k] }
+
+// opInput is one call as the harness made it.
+type opInput struct {
+	kind      opKind
+	gen, sgen int64
+	ord       int64
+	req       string
+	digest    string
+	epoch     int64
+}
+
+func (in opInput) String() string {
+	switch in.kind {
+	case opAllocate:
+		return fmt.Sprintf("allocate(g%d s%d %s)", in.gen, in.sgen, in.req)
+	case opAccept:
+		return fmt.Sprintf("accept(g%d s%d #%d %s %.13s)", in.gen, in.sgen, in.ord, in.req, in.digest)
+	case opNotFound:
+		return fmt.Sprintf("not-found(g%d s%d #%d %s)", in.gen, in.sgen, in.ord, in.req)
+	case opComplete, opUnknown:
+		return fmt.Sprintf("%s(g%d e%d)", in.kind, in.gen, in.epoch)
+	case opCloseSession:
+		return fmt.Sprintf("close-session(s%d)", in.sgen)
+	default:
+		return fmt.Sprintf("%s(g%d s%d)", in.kind, in.gen, in.sgen)
+	}
+}
+
+// opOutput is what the ledger answered.
+type opOutput struct {
+	outcome ledger.Outcome
+	ord     int64 // allocate: the ordinal; begin-unsubscribe: the close ordinal
+	epoch   int64 // begin-unsubscribe: the close epoch
+	gen     int64 // open-session: the new session generation; ensure: the subscription generation
+}
+
+// class reduces an outcome to what the model predicts exactly: whether the call changed the
+// ledger (applied), found it already changed (done), or was refused. Refusal labels are
+// written after the fence refused, from a later read, so only the class is compared.
+type class uint8
+
+const (
+	refused class = iota
+	done
+	applied
+)
+
+func classOf(kind opKind, o ledger.Outcome) class {
+	switch o {
+	case ledger.Allocated, ledger.Accepted, ledger.Revalidated, ledger.TombstonePending, ledger.Transitioned:
+		return applied
+	case ledger.AlreadyDone:
+		if kind == opAllocate || kind == opAccept || kind == opNotFound {
+			return refused
+		}
+		return done
+	}
+	return refused
+}
+
+// mDispatch is a dispatch in the model.
+type mDispatch struct {
+	gen, sgen int64
+	req       string
+	answered  bool
+}
+
+// mFirst is the first outcome recorded under an idempotency key.
+type mFirst struct {
+	cls     class
+	outcome ledger.Outcome // for applied answers: Accepted or Revalidated
+	ord     int64
+	epoch   int64
+}
+
+// mState is the sequential model of one subscription and its source: the ledger's fences
+// written as plain Go. Values are never modified after Step returns them.
+type mState struct {
+	state           ledger.State
+	gen, sgen       int64
+	srcGen          int64
+	live            bool
+	issued, wm      int64
+	epoch, closeOrd int64
+	digest          string
+	disp            []mDispatch       // ordinal i+1
+	first           map[string]mFirst // idempotency key -> first outcome
+}
+
+func (m mState) clone() mState {
+	m.disp = slices.Clone(m.disp)
+	m.first = maps.Clone(m.first)
+	return m
+}
+
+func closing(s ledger.State) bool { return s.Closing() }
+
+// fenceSessions applies the session fence of OpenSession and CloseSession: everything bound to
+// a session generation below `below` leaves the states that session could change.
+func (m *mState) fenceSessions(below int64) {
+	if m.sgen >= below {
+		return
+	}
+	switch m.state {
+	case ledger.StateSubscribing, ledger.StateActive, ledger.StateTombstonePending:
+		m.state = ledger.StateReconciliationRequired
+	case ledger.StateUnsubscribing, ledger.StateUnsubscribeUnknown:
+		m.state = ledger.StateClosed
+	}
+}
+
+// step is the model's transition function: whether the ledger may have answered in with out
+// from state m, and the state afterwards.
+func step(m mState, in opInput, out opOutput) (bool, mState) {
+	cls := classOf(in.kind, out.outcome)
+	n := m.clone()
+	switch in.kind {
+	case opAllocate:
+		key := "allocate/" + in.req
+		if f, ok := m.first[key]; ok {
+			return f.cls == cls && (cls != applied || f.ord == out.ord), m
+		}
+		if m.state == ledger.StateActive && in.gen == m.gen && in.sgen == m.sgen && in.sgen == m.srcGen {
+			n.issued++
+			n.disp = append(n.disp, mDispatch{gen: in.gen, sgen: in.sgen, req: in.req})
+			n.first[key] = mFirst{cls: applied, ord: n.issued}
+			return cls == applied && out.ord == n.issued, n
+		}
+		n.first[key] = mFirst{cls: refused}
+		return cls == refused, n
+
+	case opAccept, opNotFound:
+		key := fmt.Sprintf("%d/%d/%s/%s", in.kind, in.ord, in.req, in.digest)
+		if f, ok := m.first[key]; ok {
+			return f.cls == cls && (cls != applied || f.outcome == out.outcome), m
+		}
+		var d *mDispatch
+		if in.ord >= 1 && in.ord <= int64(len(n.disp)) {
+			if x := &n.disp[in.ord-1]; x.req == in.req && x.gen == in.gen && x.sgen == in.sgen {
+				d = x
+			}
+		}
+		if m.state == ledger.StateActive && in.gen == m.gen && in.sgen == m.sgen && d != nil && !d.answered && m.wm < in.ord {
+			d.answered = true
+			n.wm = in.ord
+			want := ledger.TombstonePending
+			if in.kind == opAccept {
+				want = ledger.Accepted
+				if in.digest == m.digest {
+					want = ledger.Revalidated
+				}
+				n.digest = in.digest
+			} else {
+				n.state = ledger.StateTombstonePending
+			}
+			n.first[key] = mFirst{cls: applied, outcome: want}
+			return out.outcome == want, n
+		}
+		if d != nil {
+			d.answered = true // a refused answer settles its dispatch
+		}
+		n.first[key] = mFirst{cls: refused}
+		return cls == refused, n
+
+	case opBeginUnsubscribe:
+		key := fmt.Sprintf("close/%d", in.gen)
+		if f, ok := m.first[key]; ok {
+			return f.cls == cls && (cls != applied || (f.ord == out.ord && f.epoch == out.epoch)), m
+		}
+		switch {
+		case in.gen == m.gen && !closing(m.state):
+			n.state, n.closeOrd, n.epoch = ledger.StateUnsubscribing, m.issued, m.epoch+1
+			n.first[key] = mFirst{cls: applied, ord: n.closeOrd, epoch: n.epoch}
+			return cls == applied && out.ord == n.closeOrd && out.epoch == n.epoch, n
+		case in.gen > m.gen:
+			return cls == refused, m // never issued: refused without a record
+		}
+		n.first[key] = mFirst{cls: refused}
+		return cls == refused, n
+
+	case opComplete, opUnknown:
+		key := fmt.Sprintf("%d/%d/%d", in.kind, in.gen, in.epoch)
+		if f, ok := m.first[key]; ok {
+			return f.cls == cls, m
+		}
+		target, from := ledger.StateClosed, []ledger.State{ledger.StateUnsubscribing, ledger.StateUnsubscribeUnknown}
+		if in.kind == opUnknown {
+			target, from = ledger.StateUnsubscribeUnknown, []ledger.State{ledger.StateUnsubscribing}
+		}
+		var c class
+		switch {
+		case in.gen == m.gen && in.epoch == m.epoch && slices.Contains(from, m.state):
+			n.state, c = target, applied
+		case in.gen > m.gen || (in.gen == m.gen && in.epoch > m.epoch):
+			return cls == refused, m // never issued: refused without a record
+		case in.gen == m.gen && in.epoch == m.epoch && m.state == target:
+			c = done
+		default:
+			c = refused
+		}
+		n.first[key] = mFirst{cls: c}
+		return cls == c, n
+
+	case opOpenSession:
+		n.srcGen++
+		n.live = true
+		n.fenceSessions(n.srcGen)
+		return out.gen == n.srcGen, n
+
+	case opCloseSession:
+		switch {
+		case in.sgen == m.srcGen && m.live:
+			n.live = false
+			n.fenceSessions(in.sgen + 1)
+			return cls == applied, n
+		case in.sgen == m.srcGen:
+			return cls == done, m
+		}
+		return cls == refused, m
+
+	case opBeginSubscribe, opActivate, opRestore, opMarkRR:
+		return stepTransition(m, n, in, cls)
+
+	case opEnsure:
+		if m.state == ledger.StateClosed {
+			n.gen++
+			n.state, n.sgen, n.closeOrd = ledger.StateDiscovered, 0, 0
+		}
+		return out.gen == n.gen, n
+	}
+	return false, m
+}
+
+// stepTransition models the unkeyed transitions: applied when the fence holds; otherwise
+// OLD_GENERATION / OLD_SESSION / REFUSED (class refused) or ALREADY_DONE (class done), in the
+// ledger's order of classification. Nothing is recorded for them.
+func stepTransition(m, n mState, in opInput, cls class) (bool, mState) {
+	var target ledger.State
+	ok := false
+	switch in.kind {
+	case opBeginSubscribe:
+		target = ledger.StateSubscribing
+		ok = m.live && in.sgen == m.srcGen && in.gen == m.gen && m.sgen <= in.sgen &&
+			(m.state == ledger.StateDiscovered || m.state == ledger.StateReconciliationRequired ||
+				(m.state == ledger.StateSubscribing && m.sgen < in.sgen))
+		if ok {
+			n.state, n.sgen = target, in.sgen
+		}
+	case opActivate:
+		target = ledger.StateActive
+		ok = m.live && in.sgen == m.srcGen && in.gen == m.gen && m.sgen == in.sgen && m.state == ledger.StateSubscribing
+	case opRestore:
+		target = ledger.StateActive
+		ok = m.live && in.sgen == m.srcGen && in.gen == m.gen && m.sgen == in.sgen && m.state == ledger.StateTombstonePending
+	case opMarkRR:
+		target = ledger.StateReconciliationRequired
+		ok = in.gen == m.gen && (m.state == ledger.StateDiscovered || m.state == ledger.StateSubscribing ||
+			m.state == ledger.StateActive || m.state == ledger.StateTombstonePending)
+	}
+	if ok {
+		n.state = target
+		return cls == applied, n
+	}
+	c := refused
+	switch {
+	case in.gen != m.gen:
+	case in.sgen > 0 && in.sgen < m.srcGen:
+	case m.state == target && (in.sgen == 0 || in.sgen == m.sgen):
+		c = done
+	}
+	return cls == c, m
+}
+
+// model is the porcupine model of one interleaving, starting from the state setup leaves: an
+// ACTIVE subscription of generation 1 on the source's first, live session.
+func model() porcupine.Model {
+	return porcupine.Model{
+		Init: func() any {
+			return mState{state: ledger.StateActive, gen: 1, sgen: 1, srcGen: 1, live: true, first: map[string]mFirst{}}
+		},
+		Step: func(state, input, output any) (bool, any) {
+			return step(state.(mState), input.(opInput), output.(opOutput))
+		},
+		Equal: func(a, b any) bool { return reflect.DeepEqual(a, b) },
+		DescribeOperation: func(input, output any) string {
+			out := output.(opOutput)
+			return fmt.Sprintf("%s -> %s %d/%d/%d", input.(opInput), out.outcome, out.ord, out.epoch, out.gen)
+		},
+		DescribeState: func(state any) string {
+			m := state.(mState)
+			return fmt.Sprintf("%s g%d s%d src%d live=%v issued=%d wm=%d epoch=%d", m.state, m.gen, m.sgen, m.srcGen, m.live, m.issued, m.wm, m.epoch)
+		},
+	}
+}
+
+// linearizabilityTimeout bounds porcupine's search per interleaving.
+const linearizabilityTimeout = 10 * time.Second
+
+// checkLinearizable checks the interleaving's call history against the model.
+func (iv *interleaving) checkLinearizable() []Violation {
+	res, info := porcupine.CheckOperationsVerbose(model(), iv.history, linearizabilityTimeout)
+	switch res {
+	case porcupine.Ok:
+		return nil
+	case porcupine.Unknown:
+		return []Violation{iv.violation(kindLinearizabilityUnk, fmt.Sprintf("porcupine gave up after %s on %d operations", linearizabilityTimeout, len(iv.history)))}
+	}
+	detail := fmt.Sprintf("no sequential execution of the ledger model explains these %d calls", len(iv.history))
+	if partial := info.PartialLinearizations(); len(partial) > 0 && len(partial[0]) > 0 {
+		longest := partial[0][0]
+		for _, p := range partial[0] {
+			if len(p) > len(longest) {
+				longest = p
+			}
+		}
+		detail += fmt.Sprintf("; the longest linearizable prefix covers %d of them", len(longest))
+	}
+	return []Violation{iv.violation(kindNonLinearizable, detail)}
+}
