@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/searchattr"
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
@@ -38,8 +39,12 @@ func subscriptionInput(src ledger.Source, s ledger.Subscription) contract.Subscr
 	}
 }
 
-// startSubscription starts (or finds running) the workflow of a subscription.
-func startSubscription(ctx context.Context, tc client.Client, wfID string, in contract.SubscriptionInput) (client.WorkflowRun, error) {
+// startSubscription starts (or finds running) the workflow of a subscription, registering the
+// search attributes it is started with if the namespace lacks them (no worker may have run yet).
+func startSubscription(ctx context.Context, tc client.Client, namespace, wfID string, in contract.SubscriptionInput) (client.WorkflowRun, error) {
+	if err := searchattr.Ensure(ctx, tc, namespace); err != nil {
+		return nil, err
+	}
 	return tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       wfID,
 		TaskQueue:                contract.TaskQueue,
@@ -111,7 +116,7 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 		}
 		switch {
 		case !running:
-			if _, err := startSubscription(ctx, tc, s.WorkflowID, subscriptionInput(src, s)); err != nil {
+			if _, err := startSubscription(ctx, tc, e.Config.Namespace, s.WorkflowID, subscriptionInput(src, s)); err != nil {
 				return fmt.Errorf("restarting %s: %w", s.WorkflowID, err)
 			}
 			r.Action = "restarted workflow"

@@ -66,7 +66,7 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 		return err
 	}
 	wfID := contract.SubscriptionWorkflowID(*principal, src.Name, norm)
-	run, err := startSubscription(ctx, tc, wfID, contract.SubscriptionInput{
+	run, err := startSubscription(ctx, tc, e.Config.Namespace, wfID, contract.SubscriptionInput{
 		Principal: *principal, Source: src.Name, SourceID: src.ID, URI: norm, ServerURI: pos[1],
 		BackstopSeconds: src.BackstopSeconds, PollSeconds: src.PollSeconds,
 	})

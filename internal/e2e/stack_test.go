@@ -49,14 +49,27 @@ type stack struct {
 	workers []*workerapp.Worker
 }
 
-// stackOption tunes the Temporal server of a stack.
-type stackOption func(dynamicconfig.StaticClient)
+// stackConfig is what stack options tune.
+type stackConfig struct {
+	dc       dynamicconfig.StaticClient
+	dbURL    string // a migrated database to use instead of a fresh pgtest one
+	noWorker bool   // start no in-process worker
+}
+
+// stackOption tunes a stack.
+type stackOption func(*stackConfig)
+
+// withDatabase makes the stack use an existing, migrated ledger database.
+func withDatabase(url string) stackOption { return func(c *stackConfig) { c.dbURL = url } }
+
+// withoutWorker starts the stack with no in-process worker (the test runs its own).
+func withoutWorker() stackOption { return func(c *stackConfig) { c.noWorker = true } }
 
 // suggestContinueAsNewAt makes the server suggest continue-as-new once a run's history has n
 // events. The suggestion is recorded in history, so replays stay deterministic.
 func suggestContinueAsNewAt(n int) stackOption {
-	return func(dc dynamicconfig.StaticClient) {
-		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = []dynamicconfig.ConstrainedValue{{Value: n}}
+	return func(c *stackConfig) {
+		c.dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = []dynamicconfig.ConstrainedValue{{Value: n}}
 	}
 }
 
@@ -64,25 +77,30 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dc := dynamicconfig.StaticClient{
+	cfg := stackConfig{dc: dynamicconfig.StaticClient{
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
 		dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: 1000}},
-	}
+	}}
 	for _, o := range opts {
-		o(dc)
+		o(&cfg)
 	}
-	ts := temporaltest.NewServer(temporaltest.WithT(t), temporaltest.WithBaseServerOptions(temporal.WithDynamicConfigClient(dc)))
+	ts := temporaltest.NewServer(temporaltest.WithT(t), temporaltest.WithBaseServerOptions(temporal.WithDynamicConfigClient(cfg.dc)))
 	s := &stack{t: t, ctx: ctx, ts: ts, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
 	s.tc = ts.NewClientWithOptions(client.Options{Namespace: ts.GetDefaultNamespace()})
 	t.Cleanup(s.tc.Close)
-	s.dbURL = pgtest.NewDB(t)
+	s.dbURL = cfg.dbURL
+	if s.dbURL == "" {
+		s.dbURL = pgtest.NewDB(t)
+	}
 	pool, err := pgxpool.New(ctx, s.dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	s.st = ledger.New(pool)
-	s.startWorker("host-1")
+	if !cfg.noWorker {
+		s.startWorker("host-1")
+	}
 	t.Cleanup(s.stopWorkers)
 	return s
 }
@@ -212,7 +230,7 @@ func binary(t *testing.T, name string) string {
 			buildErr = err
 			return
 		}
-		for bin, pkg := range map[string]string{"mcpsync-demo-server": "./demoserver"} {
+		for bin, pkg := range map[string]string{"mcpsync-demo-server": "./demoserver", "mcpsync-worker": "./worker"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, bin), pkg)
 			cmd.Dir = root
 			if out, err := cmd.CombinedOutput(); err != nil {

@@ -6,7 +6,6 @@ package workerapp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,9 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -28,6 +24,7 @@ import (
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
+	"github.com/mcpsync/mcpsync/internal/searchattr"
 	"github.com/mcpsync/mcpsync/workflows"
 )
 
@@ -97,7 +94,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		}
 		w.Client, w.ownsClient = c, true
 	}
-	if err := EnsureSearchAttributes(ctx, w.Client, cfg.Namespace); err != nil {
+	if err := searchattr.Ensure(ctx, w.Client, cfg.Namespace); err != nil {
 		w.close()
 		return nil, err
 	}
@@ -165,31 +162,6 @@ func (w *Worker) close() {
 		w.Client.Close()
 	}
 	w.pool.Close()
-}
-
-// EnsureSearchAttributes registers the project's Keyword search attributes on namespace if
-// they are missing. Registering an existing attribute is not an error.
-func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
-	op := c.OperatorService()
-	resp, err := op.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
-	if err != nil {
-		return fmt.Errorf("list search attributes of namespace %q: %w", namespace, err)
-	}
-	missing := map[string]enums.IndexedValueType{}
-	for _, name := range contract.SearchAttributeNames {
-		if _, ok := resp.GetCustomAttributes()[name]; !ok {
-			missing[name] = enums.INDEXED_VALUE_TYPE_KEYWORD
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	_, err = op.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
-	var exists *serviceerror.AlreadyExists
-	if err != nil && !errors.As(err, &exists) {
-		return fmt.Errorf("register search attributes on namespace %q: %w", namespace, err)
-	}
-	return nil
 }
 
 func redact(url string) string {
