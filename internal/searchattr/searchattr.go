@@ -39,4 +39,3 @@ func Ensure(ctx context.Context, c client.Client, namespace string) error {
 	}
 	return nil
 }
-
