@@ -52,7 +52,7 @@ func permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrNotFound) {
+	if errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrNoGrant) {
 		return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanent, err)
 	}
 	return err

@@ -26,6 +26,11 @@ func TestCheckCleanAndBroken(t *testing.T) {
 	if _, err := st.ClaimSources(ctx, "q", time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range []string{"p", "p2"} {
+		if _, _, err := st.GrantAccess(ctx, p, src.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sess, _, err := st.OpenSession(ctx, src.ID, "q", ledger.CapabilityReceipt{Resources: true, Subscribe: true})
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,9 @@ func (f *catFixture) addSource(name string) ledger.Source {
 	if _, err := f.st.ClaimSources(f.ctx, "cat-host", time.Minute); err != nil {
 		f.t.Fatal(err)
 	}
+	if _, _, err := f.st.GrantAccess(f.ctx, "p", src.ID, "test"); err != nil {
+		f.t.Fatal(err)
+	}
 	return src
 }
 

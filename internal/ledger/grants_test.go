@@ -205,7 +205,11 @@ func TestReadThroughGrantAndGuard(t *testing.T) {
 	w.publish(w.subscribe("alice", "demo://dirty"), "a\x1bb", "text/plain")
 	w.publish(w.subscribe("alice", "demo://binary"), "\x00\x01", "application/octet-stream")
 	w.subscribe("alice", "demo://empty")
+	w.grant("bob")
 	w.publish(w.subscribe("bob", "demo://plain"), "bob's", "text/plain")
+	if _, err := w.st.Revoke(w.ctx, ledger.RevokeRequest{Principal: "bob", SourceID: w.src.ID, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
 
 	// A guard like internal/guard's: strip ESC, reject octet-stream.
 	var calls atomic.Int64

@@ -65,7 +65,8 @@ type EnsureSpec struct {
 }
 
 // EnsureSubscription returns the subscription for (principal, source, URI), creating it in
-// DISCOVERED with generation 1. A CLOSED subscription is opened again under the next
+// DISCOVERED with generation 1, only while the principal holds a standing grant on the source
+// (a *GrantError matching ErrNoGrant otherwise). A CLOSED subscription is opened again under the next
 // subscription generation, so every read of the earlier generation stays fenced (R12); its
 // watermark is kept, so no earlier read can ever be accepted (R30). A subscription that is
 // not CLOSED is returned unchanged.
@@ -75,9 +76,14 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 	}
 	var id int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// The standing grant is locked FOR SHARE in the same statement, so a revocation either
+		// waits for this subscription (and then closes it) or commits first (and this one is
+		// refused): no subscription opens past a revocation.
 		err := tx.QueryRow(ctx, `
+			WITH g AS MATERIALIZED (
+				SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL FOR SHARE)
 			INSERT INTO subscriptions (principal, source_id, uri, server_uri, workflow_id)
-			VALUES ($1, $2, $3, $4, $5)
+			SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g)
 			ON CONFLICT (principal, source_id, uri) DO UPDATE SET
 				generation = subscriptions.generation + 1,
 				state = 'DISCOVERED', state_reason = 'subscribed again after close',
@@ -86,6 +92,14 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 			WHERE subscriptions.state = 'CLOSED'
 			RETURNING id`, spec.Principal, spec.SourceID, spec.URI, spec.ServerURI, spec.WorkflowID).Scan(&id)
 		if err == pgx.ErrNoRows {
+			var granted bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL)`,
+				spec.Principal, spec.SourceID).Scan(&granted); err != nil {
+				return err
+			}
+			if !granted {
+				return &GrantError{Principal: spec.Principal, SourceID: spec.SourceID}
+			}
 			return tx.QueryRow(ctx, `SELECT id FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3`,
 				spec.Principal, spec.SourceID, spec.URI).Scan(&id)
 		}

@@ -163,6 +163,9 @@ func (iv *interleaving) setup(runID string) error {
 		return fmt.Errorf("setup: %w", err)
 	}
 	iv.uri = fmt.Sprintf("shuffle://resource/%d", iv.index)
+	if _, _, err := iv.st.GrantAccess(ctx, "shuffle", src.ID, "shuffle harness"); err != nil {
+		return fmt.Errorf("setup: grant: %w", err)
+	}
 	sub, err := iv.st.EnsureSubscription(ctx, ledger.EnsureSpec{Principal: "shuffle", SourceID: src.ID, URI: iv.uri,
 		ServerURI: iv.uri, WorkflowID: fmt.Sprintf("shuffle/%s/%d", runID, iv.index)})
 	if err != nil {
