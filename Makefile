@@ -3,31 +3,50 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
-CMDS  := mcpsync:./starter mcpsync-worker:./worker mcpsync-dev:./devserver mcpsync-demo-server:./demoserver
+RUNCMDS := mcpsync:./starter mcpsync-worker:./worker mcpsync-dev:./devserver mcpsync-demo-server:./demoserver
+CMDS    := $(RUNCMDS) mcpsync-gate:./gate
+SHUFFLES ?= 100000
 
-.PHONY: all build run test bench gate fmt vet deps clean
+.PHONY: all build build-run run test bench gate fmt vet deps clean
 
 all: build
 
 ## build: compile every command into bin/
 build:
+	@$(MAKE) --no-print-directory compile COMPILE="$(CMDS)"
+
+## build-run: compile what `make run` needs
+build-run:
+	@$(MAKE) --no-print-directory compile COMPILE="$(RUNCMDS)"
+
+compile:
 	@mkdir -p $(BIN)
-	@for c in $(CMDS); do \
+	@for c in $(COMPILE); do \
 		name=$${c%%:*}; pkg=$${c#*:}; \
 		$(GO) build -o $(BIN)/$$name $$pkg || exit 1; \
 	done
 	@echo "build: $(BIN)/: $$(cd $(BIN) && ls | tr '\n' ' ')"
 
 ## run: embedded Temporal + Web UI + private PostgreSQL, the worker, and a demo subscription
-run: build
+run: build-run
 	@scripts/deps.sh
 	@scripts/run.sh
+
+## gate: the release gate (R24-R29): 100,000 shuffled interleavings, discovery chaos, a
+## duplicate-notification storm, convergence with 20 % of notifications dropped, revocation
+## latency and the R24 invariants; prints the release table, exits non-zero on any failure.
+gate: build
+	@scripts/deps.sh
+	@$(BIN)/mcpsync gate --shuffles $(SHUFFLES) $(GATEFLAGS)
 
 ## test: the whole test suite with a go test summary
 test:
 	@scripts/test.sh
 
-## bench: revocation latency (issue 7): p50/p99 from `mcpsync revoke` to every derived index's
+## bench: end to end (issue 8): notification → accepted version throughput and p50/p99 over
+## 1,000 subscriptions, next to a raw go-sdk read loop against the same server.
+## Read amplification (issue 5): a storm of 100 duplicate notifications per change.
+## Revocation latency (issue 7): p50/p99 from `mcpsync revoke` to every derived index's
 ## invalidation delivered to its outbox consumer, over 1,000 subscriptions and 10 indexes, with
 ## the raw outbox insert-to-delivery baseline. BENCHFLAGS passes flags (see -help).
 ## Discovery (issue 6): an A/B double scan of 100,000 resources against one raw go-sdk listing
@@ -36,6 +55,8 @@ test:
 ## against `pgbench -N` on the same cluster, and their ratio (goal >= 0.6); the server is
 ## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.
 bench:
+	$(GO) run ./bench/throughput $(THROUGHPUTFLAGS)
+	$(GO) run ./gate --only storm
 	$(GO) run ./internal/consumers/cmd/revokebench $(BENCHFLAGS)
 	$(GO) run ./bench/scan $(SCANBENCHFLAGS)
 	$(GO) run ./internal/shuffle/cmd/ledgerbench $(LEDGERBENCHFLAGS)
