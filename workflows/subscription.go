@@ -399,8 +399,17 @@ func (w *subscription) applyPending() {
 
 // await blocks until f is ready, recording every signal that arrives meanwhile and passing
 // the close fence as soon as an unsubscribe or revocation arrives.
-func (w *subscription) await(f workflow.Future) {
+func (w *subscription) await(f workflow.Future) { w.awaitFor(f, false) }
+
+// awaitUnlessClosing is await that gives up (returning false) once the close fence has
+// passed with f still pending.
+func (w *subscription) awaitUnlessClosing(f workflow.Future) bool { return w.awaitFor(f, true) }
+
+func (w *subscription) awaitFor(f workflow.Future, stopWhenClosing bool) bool {
 	for !f.IsReady() {
+		if stopWhenClosing && w.m.State.Closing() {
+			return false
+		}
 		sel := workflow.NewSelector(w.ctx)
 		sel.AddFuture(f, func(workflow.Future) {})
 		w.addSignals(sel)
@@ -410,9 +419,10 @@ func (w *subscription) await(f workflow.Future) {
 			w.st.PendingUnsubscribe = ""
 		}
 		if w.ctx.Err() != nil {
-			return
+			return true
 		}
 	}
+	return true
 }
 
 // sleep waits d or until a signal arrives, whichever is first.
@@ -552,28 +562,6 @@ func (w *subscription) read() {
 		return
 	}
 	w.settleRead(f, alloc.Ordinal, reqID)
-}
-
-// awaitUnlessClosing is await that gives up (returning false) once the close fence has
-// passed with f still pending.
-func (w *subscription) awaitUnlessClosing(f workflow.Future) bool {
-	for !f.IsReady() {
-		if w.m.State.Closing() {
-			return false
-		}
-		sel := workflow.NewSelector(w.ctx)
-		sel.AddFuture(f, func(workflow.Future) {})
-		w.addSignals(sel)
-		sel.Select(w.ctx)
-		if w.st.PendingUnsubscribe != "" && !w.m.State.Closing() {
-			w.beginClose(w.st.PendingUnsubscribe)
-			w.st.PendingUnsubscribe = ""
-		}
-		if w.ctx.Err() != nil {
-			return true
-		}
-	}
-	return true
 }
 
 // settleRead offers a finished read to the ledger and follows its outcome.

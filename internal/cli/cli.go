@@ -124,6 +124,16 @@ func (e *runEnv) close() {
 	}
 }
 
+// sourceNamed returns the source called name, or a not-found error (exit 3) that says how to
+// list the sources.
+func sourceNamed(ctx context.Context, st *ledger.Store, name string) (ledger.Source, error) {
+	src, err := st.SourceByName(ctx, name)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return ledger.Source{}, notFoundErr("unknown source %q (see mcpsync source list)", name)
+	}
+	return src, err
+}
+
 // Run executes the command in args (without the program name) and returns the exit code.
 func Run(ctx context.Context, env Env, args []string) int {
 	if env.Config == (config.Env{}) {

@@ -79,14 +79,6 @@ func grantCmd(ctx context.Context, e *runEnv, args []string) error {
 	return nil
 }
 
-func sourceNamed(ctx context.Context, st *ledger.Store, name string) (ledger.Source, error) {
-	src, err := st.SourceByName(ctx, name)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return ledger.Source{}, notFoundErr("unknown source %q (see mcpsync source list)", name)
-	}
-	return src, err
-}
-
 func grantsCmd(ctx context.Context, e *runEnv, args []string) error {
 	fs := flag.NewFlagSet("grants", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")

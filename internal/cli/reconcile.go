@@ -73,10 +73,8 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	src, err := st.SourceByName(ctx, pos[0])
-	if errors.Is(err, ledger.ErrNotFound) {
-		return notFoundErr("unknown source %q (see mcpsync source list)", pos[0])
-	} else if err != nil {
+	src, err := sourceNamed(ctx, st, pos[0])
+	if err != nil {
 		return err
 	}
 	f := ledger.SubscriptionFilter{Source: src.Name, Principal: *principal}

@@ -42,10 +42,7 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	src, err := st.SourceByName(ctx, pos[0])
-	if errors.Is(err, ledger.ErrNotFound) {
-		return notFoundErr("unknown source %q (see mcpsync source list)", pos[0])
-	}
+	src, err := sourceNamed(ctx, st, pos[0])
 	if err != nil {
 		return err
 	}

@@ -30,10 +30,7 @@ func resolve(ctx context.Context, st *ledger.Store, source, raw string) (ledger.
 	if err != nil {
 		return ledger.Source{}, "", usageErr("%v", err)
 	}
-	src, err := st.SourceByName(ctx, source)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return ledger.Source{}, "", notFoundErr("unknown source %q (see mcpsync source list)", source)
-	}
+	src, err := sourceNamed(ctx, st, source)
 	return src, norm, err
 }
 
@@ -273,9 +270,7 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	}
 	f := ledger.SubscriptionFilter{Principal: *principal}
 	if len(pos) >= 1 {
-		if _, err := st.SourceByName(ctx, pos[0]); errors.Is(err, ledger.ErrNotFound) {
-			return notFoundErr("unknown source %q (see mcpsync source list)", pos[0])
-		} else if err != nil {
+		if _, err := sourceNamed(ctx, st, pos[0]); err != nil {
 			return err
 		}
 		f.Source = pos[0]

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -40,10 +39,8 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 	}
 	var only int64
 	if len(pos) == 1 {
-		src, err := st.SourceByName(ctx, pos[0])
-		if errors.Is(err, ledger.ErrNotFound) {
-			return notFoundErr("unknown source %q (see mcpsync source list)", pos[0])
-		} else if err != nil {
+		src, err := sourceNamed(ctx, st, pos[0])
+		if err != nil {
 			return err
 		}
 		only = src.ID
