@@ -401,6 +401,9 @@ func TestReconciliationScanConfirmsTombstone(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newDiscoveryHarness(t, false)
+			if _, _, err := h.st.GrantAccess(h.ctx, "p", h.src.ID, "test"); err != nil {
+				t.Fatal(err)
+			}
 			sub, err := h.st.EnsureSubscription(h.ctx, ledger.EnsureSpec{Principal: "p", SourceID: h.src.ID, URI: gone, ServerURI: gone, WorkflowID: "wf"})
 			if err != nil {
 				t.Fatal(err)

@@ -79,6 +79,9 @@ func (f *fixture) addSource(spec ledger.SourceSpec) ledger.Source {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	if _, _, err := f.store.GrantAccess(f.ctx, "p", src.ID, "test"); err != nil {
+		f.t.Fatal(err)
+	}
 	return src
 }
 
