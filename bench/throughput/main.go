@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -32,6 +33,7 @@ func main() {
 	duration := flag.Duration("duration", 30*time.Second, "length of the measurement")
 	baseline := flag.Duration("baseline", 5*time.Second, "length of the raw go-sdk read loop")
 	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of a Postgres server (empty: start a private one)")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement phase to this file")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -40,6 +42,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+var cpuProfile string
 
 func uriOf(i int) string { return fmt.Sprintf("demo://items/%04d", i) }
 
@@ -92,6 +96,7 @@ func run(ctx context.Context, n int, rate float64, duration, baselineDur time.Du
 	latest := map[string]key{}
 	accepted := map[key]time.Time{}
 	tailCtx, stopTail := context.WithCancel(ctx)
+	defer stopTail()
 	tailDone := make(chan error, 1)
 	go func() {
 		cur := head
@@ -119,6 +124,16 @@ func run(ctx context.Context, n int, rate float64, duration, baselineDur time.Du
 			}
 		}
 	}()
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	interval := time.Duration(float64(time.Second) / rate)
 	mStart := time.Now()

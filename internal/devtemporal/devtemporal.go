@@ -345,6 +345,10 @@ func (s *Server) serverOptions(opts Options, sqlCfg *config.SQL) ([]temporal.Ser
 	dyn := dynamicconfig.StaticClient{
 		// The default (20) puts a ~50 ms floor under every workflow task.
 		dynamicconfig.TransferProcessorMaxPollRPS.Key(): 1000,
+		// One partition per task queue: a single-host server gains nothing from more, and
+		// forwarding between partitions costs CPU on every task.
+		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():  1,
+		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key(): 1,
 		// Search attributes added at run time are visible at once.
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
 		// The Web UI lists and counts workflows often.

@@ -42,6 +42,13 @@ type Config struct {
 	Host mcphost.Options
 }
 
+// workerOptions keeps enough pollers waiting that the server can hand tasks over directly
+// (sync match) instead of persisting them, which matters under a steady stream of updates.
+var workerOptions = worker.Options{
+	MaxConcurrentWorkflowTaskPollers: 8,
+	MaxConcurrentActivityTaskPollers: 8,
+}
+
 // Worker is a running mcpsync worker.
 type Worker struct {
 	Store  *ledger.Store
@@ -113,13 +120,13 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	w.Host = mcphost.New(hopts)
 
-	main := worker.New(w.Client, contract.TaskQueue, worker.Options{})
+	main := worker.New(w.Client, contract.TaskQueue, workerOptions)
 	main.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
 	main.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
 	main.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
 	(&activities.Ledger{Store: w.Store}).Register(main)
 	(&activities.Catalog{Store: w.Store}).Register(main)
-	hostWorker := worker.New(w.Client, queue, worker.Options{})
+	hostWorker := worker.New(w.Client, queue, workerOptions)
 	(&activities.Session{Host: w.Host, Store: w.Store}).Register(hostWorker)
 	(&activities.Discovery{Host: w.Host, Store: w.Store}).Register(hostWorker)
 	for _, wk := range []worker.Worker{main, hostWorker} {
