@@ -1,8 +1,12 @@
 package e2e_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpsync/mcpsync/internal/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
@@ -109,4 +113,63 @@ func TestCLIErrors(t *testing.T) {
 	if !strings.Contains(out, "demo-server --flag 'a b'") {
 		t.Errorf("source list: %q", out)
 	}
+}
+
+// The walking skeleton with the demo server over stdio: the server changes its content every
+// second; the accepted digest catches up with the SHA-256 of what the server serves (read
+// independently on the same session), and after unsubscribe → CLOSED the server's further
+// changes produce no new version.
+func TestDemoServerOverStdio(t *testing.T) {
+	s := newStack(t)
+	s.mustCLI("source", "add", "demo", "--stdio", binary(t, "mcpsync-demo-server")+" --interval 1s")
+	s.mustCLI("subscribe", "demo", "demo://notes/1")
+	src, err := s.st.SourceByName(s.ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverDigest := func() string {
+		c, ok := s.workers[0].Host.Current(src.ID)
+		if !ok {
+			return ""
+		}
+		res, err := c.Session().ReadResource(s.ctx, &mcp.ReadResourceParams{URI: "demo://notes/1"})
+		if err != nil || len(res.Contents) != 1 {
+			return ""
+		}
+		return ledger.Digest([]byte(res.Contents[0].Text))
+	}
+	var first string
+	eventually(t, 30*time.Second, "accepted digest equals the server's changed body", func() (bool, string) {
+		sub := s.sub("demo", "demo://notes/1")
+		if first == "" {
+			first = sub.LastAcceptedDigest
+		}
+		d := serverDigest()
+		return sub.LastAcceptedDigest != first && d == sub.LastAcceptedDigest,
+			fmt.Sprintf("accepted %s (ordinal %d), server %s", sub.LastAcceptedDigest, sub.LastAcceptedOrdinal, d)
+	})
+	s.mustCLI("unsubscribe", "demo", "demo://notes/1")
+	closed := s.sub("demo", "demo://notes/1")
+	if closed.State != ledger.StateClosed {
+		t.Fatalf("state %s after unsubscribe", closed.State)
+	}
+	versions, err := s.st.Versions(s.ctx, closed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two server changes after the close.
+	for i := 0; i < 2; i++ {
+		before := serverDigest()
+		eventually(t, 10*time.Second, "the server changed after the close", func() (bool, string) {
+			return serverDigest() != before, before
+		})
+	}
+	after, err := s.st.Versions(s.ctx, closed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(versions) {
+		t.Errorf("%d versions after close, %d before", len(after), len(versions))
+	}
+	s.checkInvariants()
 }
