@@ -311,9 +311,13 @@ func TestFaultOldSessionNotification(t *testing.T) {
 	s.waitDigest("old", "demo://notes/1", ledger.Digest([]byte("v1")))
 	aSeq := srv.Sessions()[0].Seq
 	s.startWorker("host-b")
-	eventually(t, 30*time.Second, "host B took over with generation 2 and re-subscribed", func() (bool, string) {
+	eventually(t, 30*time.Second, "host B took over with generation 2, re-subscribed and re-read", func() (bool, string) {
 		sub := s.sub("old", "demo://notes/1")
-		return sub.SessionGeneration == 2 && sub.State == ledger.StateActive, fmt.Sprintf("session %d %s", sub.SessionGeneration, sub.State)
+		reasons := s.readReasons(sub.ID)
+		settled := len(s.receiptsOf(sub.ID, sub.LastIssuedOrdinal)) > 0
+		return sub.SessionGeneration == 2 && sub.State == ledger.StateActive && settled &&
+				reasons[len(reasons)-1] == "session_change",
+			fmt.Sprintf("session %d %s, reads %v, last settled %v", sub.SessionGeneration, sub.State, reasons, settled)
 	})
 	before := s.sub("old", "demo://notes/1")
 	if err := srv.SendUpdate(aSeq, "demo://notes/1"); err != nil {
