@@ -10,7 +10,7 @@ go build -o "$tmp/testpg" ./internal/pgtest/cmd/testpg
 go build -o "$tmp/testsummary" ./internal/tools/testsummary
 echo "test: go test ./... (${GOTESTFLAGS:-no extra flags}) against a private PostgreSQL cluster"
 set +e
-"$tmp/testpg" run --dir "$tmp/pg" -- go test -json -timeout "${TEST_TIMEOUT:-45m}" ${GOTESTFLAGS:-} ./... | "$tmp/testsummary"
+"$tmp/testpg" run --dir "$tmp/pg" -- go test -json -count=1 -timeout "${TEST_TIMEOUT:-45m}" ${GOTESTFLAGS:-} ./... | "$tmp/testsummary"
 status=("${PIPESTATUS[@]}")
 set -e
 if [ "${status[0]}" != 0 ] || [ "${status[1]}" != 0 ]; then
