@@ -309,10 +309,8 @@ func (w *subscription) onUpdate(u contract.ResourceUpdated) {
 	if w.m.State == fsm.Active {
 		w.nextReason = "notification"
 	}
-	if !w.apply(fsm.Update) {
-		// Not live yet (subscribing, reconciling): the read that follows establishing covers it.
-		w.st.PendingUpdate = true
-	}
+	// Not live yet (subscribing, reconciling): the read that follows establishing covers it.
+	w.apply(fsm.Update)
 }
 
 // resolvePulses decides what the pulses received during a read call for (R13, R27): a pulse
@@ -436,12 +434,6 @@ func (w *subscription) sleep(d time.Duration) {
 	sel.Select(w.ctx)
 }
 
-func (w *subscription) waitForSignal() {
-	sel := workflow.NewSelector(w.ctx)
-	w.addSignals(sel)
-	sel.Select(w.ctx)
-}
-
 // ---- establishing --------------------------------------------------------------------------
 
 // establish (re)subscribes on the source's current session: BeginSubscribe (fenced on the
@@ -495,7 +487,7 @@ func (w *subscription) establish() {
 		return
 	}
 	w.apply(fsm.Subscribed)
-	w.st.EstablishFailures, w.st.Reason, w.st.PendingUpdate = 0, "", false
+	w.st.EstablishFailures, w.st.Reason = 0, ""
 	w.apply(fsm.Update) // initial, session_change or reconcile read (R12)
 }
 

@@ -30,7 +30,6 @@ type SubscriptionState struct {
 	ReadSeq           int64  // request IDs issued so far by this workflow
 	CloseEpoch        int64
 	// Pending signals recorded but not yet acted on.
-	PendingUpdate        bool
 	PendingUnsubscribe   string // reason, when an unsubscribe or revoke is pending
 	PendingSessionChange int64
 	PendingReconcile     bool
