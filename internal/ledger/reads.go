@@ -155,6 +155,19 @@ type VersionInfo struct {
 	LastModified  string
 }
 
+// readFence is the ordinal fence every answer to a read passes, content (R16) and not-found
+// (R21) alike: the subscription is ACTIVE in the read's generation and session, the URI
+// matches, the ordinal is above the watermark and was issued, the dispatch with this request
+// ID exists unanswered, and no identical call recorded its outcome already (prior). It expects
+// $1 subscription, $2 generation, $3 session generation, $4 URI, $5 ordinal, $6 request ID.
+const readFence = `s.id = $1 AND s.state = 'ACTIVE' AND s.generation = $2 AND s.session_generation = $3
+			  AND s.uri = $4 AND s.last_accepted_ordinal < $5 AND $5 <= s.last_issued_ordinal
+			  AND EXISTS (SELECT 1 FROM read_dispatches d
+			              WHERE d.subscription_id = $1 AND d.ordinal = $5 AND d.request_id = $6
+			                AND d.generation = $2 AND d.session_generation = $3 AND d.uri = $4
+			                AND d.outcome IS NULL)
+			  AND NOT EXISTS (SELECT 1 FROM prior)`
+
 // AcceptRequest offers a read's response to the single acceptance point (R16).
 type AcceptRequest struct {
 	SubscriptionID    int64
@@ -252,13 +265,7 @@ var acceptSQL = `
 				last_accepted_at = CASE WHEN s.last_accepted_digest IS DISTINCT FROM $7 THEN now() ELSE s.last_accepted_at END,
 				last_verified_at = now(),
 				updated_at = now()
-			WHERE s.id = $1 AND s.state = 'ACTIVE' AND s.generation = $2 AND s.session_generation = $3
-			  AND s.uri = $4 AND s.last_accepted_ordinal < $5 AND $5 <= s.last_issued_ordinal
-			  AND EXISTS (SELECT 1 FROM read_dispatches d
-			              WHERE d.subscription_id = $1 AND d.ordinal = $5 AND d.request_id = $6
-			                AND d.generation = $2 AND d.session_generation = $3 AND d.uri = $4
-			                AND d.outcome IS NULL)
-			  AND NOT EXISTS (SELECT 1 FROM prior)
+			WHERE ` + readFence + `
 			RETURNING s.id, s.principal, s.source_id, s.uri,
 			          (s.previous_accepted_digest IS DISTINCT FROM s.last_accepted_digest) AS changed),
 		ver AS (
@@ -363,13 +370,7 @@ var notFoundSQL = `
 			UPDATE subscriptions s SET state = 'TOMBSTONE_PENDING',
 				state_reason = 'read ' || $5::bigint || ' answered not found', last_accepted_ordinal = $5,
 				updated_at = now()
-			WHERE s.id = $1 AND s.state = 'ACTIVE' AND s.generation = $2 AND s.session_generation = $3
-			  AND s.uri = $4 AND s.last_accepted_ordinal < $5 AND $5 <= s.last_issued_ordinal
-			  AND EXISTS (SELECT 1 FROM read_dispatches d
-			              WHERE d.subscription_id = $1 AND d.ordinal = $5 AND d.request_id = $6
-			                AND d.generation = $2 AND d.session_generation = $3 AND d.uri = $4
-			                AND d.outcome IS NULL)
-			  AND NOT EXISTS (SELECT 1 FROM prior)
+			WHERE ` + readFence + `
 			RETURNING s.id, s.source_id, s.uri),
 		dis AS (
 			UPDATE read_dispatches SET completed_at = now(), outcome = 'TOMBSTONE_PENDING'
