@@ -110,3 +110,33 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	}
 	return applied, nil
 }
+
+// Latest returns the version of the newest embedded migration: the schema version this build
+// of mcpsync needs.
+func Latest() (int, error) {
+	migs, err := Migrations()
+	if err != nil {
+		return 0, err
+	}
+	if len(migs) == 0 {
+		return 0, nil
+	}
+	return migs[len(migs)-1].Version, nil
+}
+
+// Version returns the newest migration recorded in the database (0 for a database without
+// mcpsync's schema).
+func Version(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("dbschema: version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("dbschema: version: %w", err)
+	}
+	return v, nil
+}

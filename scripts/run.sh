@@ -47,9 +47,12 @@ setsid "$bin/mcpsync-worker" >"$data/worker.log" 2>&1 &
 worker_pid=$!
 
 demo="$bin/mcpsync-demo-server --interval 3s"
+from=
 for _ in $(seq 1 150); do
   if out=$("$bin/mcpsync" source add demo --stdio "$demo" 2>&1); then
     echo "run: $out"
+    # A new ledger: show every version from the first one; otherwise only new ones.
+    case "$out" in *" added "*) from=--from-start ;; esac
     break
   fi
   case "$out" in
@@ -63,6 +66,6 @@ for uri in demo://notes/1 demo://clock/now; do
 done
 echo "run: Temporal UI: ${TEMPORAL_UI:-http://127.0.0.1:8233} (the subscription workflows are listed there)"
 echo "run: accepted versions (Ctrl-C to stop):"
-"$bin/mcpsync" watch --from-start &
+"$bin/mcpsync" watch $from &
 watch_pid=$!
 wait "$watch_pid"

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/mcpsync/mcpsync/dbschema"
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -89,10 +90,25 @@ func (e *runEnv) store(ctx context.Context) (*ledger.Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ledger database unreachable (%v); is mcpsync-dev running? (make run) or set DATABASE_URL", err)
 	}
-	var ok bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('subscriptions') IS NOT NULL`).Scan(&ok); err != nil || !ok {
+	// The schema must be exactly the one this build speaks: mcpsync-worker applies migrations
+	// at start, and a CLI racing it (or older or newer than it) must not half-work.
+	have, err := dbschema.Version(ctx, pool)
+	if err == nil {
+		var want int
+		if want, err = dbschema.Latest(); err == nil && have != want {
+			switch {
+			case have == 0:
+				err = fmt.Errorf("ledger database has no mcpsync schema; start mcpsync-worker once to apply migrations")
+			case have < want:
+				err = fmt.Errorf("ledger schema is at version %d, this mcpsync needs %d; start mcpsync-worker to apply migrations", have, want)
+			default:
+				err = fmt.Errorf("ledger schema is at version %d, newer than this mcpsync (%d); upgrade mcpsync", have, want)
+			}
+		}
+	}
+	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("ledger database has no mcpsync schema; start mcpsync-worker once to apply migrations")
+		return nil, err
 	}
 	e.pool = pool
 	e.Store = ledger.New(pool)

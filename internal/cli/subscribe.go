@@ -70,9 +70,10 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("starting subscription workflow %s: %w", wfID, err)
 	}
+	// RECONCILIATION_REQUIRED is not final: the workflow re-establishes on the live session (its
+	// reason may even be left from before the worker restarted), so wait for ACTIVE or a close.
 	sub, err := waitFor(ctx, st, *principal, src.Name, norm, *wait, func(s ledger.Subscription) bool {
-		return s.WorkflowID == wfID && (s.State == ledger.StateActive || s.State.Closing() ||
-			s.State == ledger.StateReconciliationRequired && s.StateReason != "")
+		return s.WorkflowID == wfID && (s.State == ledger.StateActive || s.State.Closing())
 	})
 	if *wait == 0 && errors.Is(err, ledger.ErrNotFound) {
 		fmt.Fprintf(e.Stdout, "subscription workflow %s started (run %s)\n", wfID, run.GetRunID())
