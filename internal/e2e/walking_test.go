@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,8 +9,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/mcpsync/mcpsync/internal/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/cli"
+	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/pgtest"
 )
 
 // The walking skeleton over streamable HTTP: source add → subscribe → the server changes
@@ -172,4 +178,39 @@ func TestDemoServerOverStdio(t *testing.T) {
 		t.Errorf("%d versions after close, %d before", len(after), len(versions))
 	}
 	s.checkInvariants()
+}
+
+// The CLI works only on a ledger at exactly its own schema version: it says what to do when
+// the schema is missing or older (start the worker, which migrates) or newer (upgrade).
+func TestCLISchemaVersion(t *testing.T) {
+	run := func(dbURL string) (string, int) {
+		var out, errb strings.Builder
+		code := cli.Run(context.Background(), cli.Env{Stdout: &out, Stderr: &errb,
+			Config: config.Env{DatabaseURL: dbURL, TemporalAddress: "127.0.0.1:1", Namespace: "default"}}, []string{"source", "list"})
+		return errb.String(), code
+	}
+	if errOut, code := run(pgtest.NewEmptyDB(t)); code != 1 || !strings.Contains(errOut, "no mcpsync schema") {
+		t.Errorf("empty database: exit %d %q", code, errOut)
+	}
+	current := pgtest.NewDB(t)
+	if errOut, code := run(current); code != 0 {
+		t.Errorf("current schema: exit %d %q", code, errOut)
+	}
+	pool, err := pgxpool.New(context.Background(), current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO schema_migrations (version, name) VALUES (9999, 'from a newer build')`); err != nil {
+		t.Fatal(err)
+	}
+	if errOut, code := run(current); code != 1 || !strings.Contains(errOut, "newer than this mcpsync") {
+		t.Errorf("newer schema: exit %d %q", code, errOut)
+	}
+	if _, err := pool.Exec(context.Background(), `DELETE FROM schema_migrations WHERE version >= (SELECT max(version) FROM schema_migrations WHERE version < 9999)`); err != nil {
+		t.Fatal(err)
+	}
+	if errOut, code := run(current); code != 1 || !strings.Contains(errOut, "start mcpsync-worker to apply migrations") {
+		t.Errorf("older schema: exit %d %q", code, errOut)
+	}
 }
