@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpsync/mcpsync/internal/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/cli"
