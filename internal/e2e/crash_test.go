@@ -57,12 +57,13 @@ func (w *workerProcess) kill() {
 
 // mutator changes random resources of a server until stopped, remembering the last content.
 type mutator struct {
-	srv  *chaosmcp.Server
-	uris []string
-	stop chan struct{}
-	done chan struct{}
-	mu   sync.Mutex
-	last map[string]string
+	srv     *chaosmcp.Server
+	uris    []string
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	last    map[string]string
+	changes int
 }
 
 func startMutator(srv *chaosmcp.Server, uris []string) *mutator {
@@ -82,9 +83,25 @@ func startMutator(srv *chaosmcp.Server, uris []string) *mutator {
 			m.last[u] = body
 			m.mu.Unlock()
 			m.srv.Set(u, body, "text/plain")
+			m.mu.Lock()
+			m.changes++
+			m.mu.Unlock()
 		}
 	}()
 	return m
+}
+
+// await waits until the mutator has made n more changes.
+func (m *mutator) await(t *testing.T, n int, what string) {
+	t.Helper()
+	m.mu.Lock()
+	target := m.changes + n
+	m.mu.Unlock()
+	eventually(t, 30*time.Second, what, func() (bool, string) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.changes >= target, fmt.Sprintf("%d of %d changes", m.changes, target)
+	})
 }
 
 // halt stops the mutator and returns each resource's final content, checked against what the
@@ -175,35 +192,33 @@ func TestCrashesWhileStreaming(t *testing.T) {
 
 	// 1. kill -9 the worker mid-stream, keep changing, start a new worker.
 	m := startMutator(srv, uris)
-	time.Sleep(300 * time.Millisecond) // let changes be in flight when the worker dies
+	m.await(t, 15, "changes in flight when the worker dies")
 	w1.kill()
-	time.Sleep(300 * time.Millisecond)
+	m.await(t, 15, "changes while no worker runs")
 	s.startWorkerProcess(dir, 2)
-	time.Sleep(time.Second)
 	s.converged("crash", m.halt(t), 2*time.Minute, "converged after the worker was killed")
 	s.checkInvariants()
 
 	// 2. Restart PostgreSQL mid-stream.
 	m = startMutator(srv, uris)
-	time.Sleep(300 * time.Millisecond)
+	m.await(t, 15, "changes in flight when PostgreSQL stops")
 	port := cluster.Port()
 	if err := cluster.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	m.await(t, 30, "changes while PostgreSQL is down")
 	cluster, err = pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "pg"), Port: port, NoFsync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
 	s.converged("crash", m.halt(t), 2*time.Minute, "converged after PostgreSQL restarted")
 	s.checkInvariants()
 
 	// 3. Restart the MCP server mid-stream (every session ends; updates in between are lost).
 	m = startMutator(srv, uris)
-	time.Sleep(300 * time.Millisecond)
+	m.await(t, 15, "changes in flight when the MCP server restarts")
 	srv.Restart()
-	time.Sleep(time.Second)
+	m.await(t, 30, "changes while the sessions reconnect")
 	s.converged("crash", m.halt(t), 2*time.Minute, "converged after the MCP server restarted")
 
 	for _, u := range uris {
