@@ -15,19 +15,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -35,23 +29,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
-	"go.temporal.io/server/common/dynamicconfig"
-	"go.temporal.io/server/temporal"
-	"go.temporal.io/server/temporaltest"
-	"go.uber.org/zap"
-
 	"github.com/mcpsync/mcpsync/internal/chaosmcp"
-	"github.com/mcpsync/mcpsync/internal/cli"
-	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/consumers"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/localstack"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
-	"github.com/mcpsync/mcpsync/internal/pgcluster"
-	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
 type options struct {
@@ -96,9 +78,7 @@ func main() {
 type bench struct {
 	o      options
 	st     *ledger.Store
-	tc     client.Client
-	ns     string
-	dbURL  string
+	stack  *localstack.Stack
 	source string
 
 	mu        sync.Mutex
@@ -107,36 +87,17 @@ type bench struct {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	log := zap.NewNop()
-	dbURL, cleanupDB, err := database(ctx, o.dbURL)
-	if err != nil {
-		return err
+	if o.dbURL == "" {
+		fmt.Fprintln(os.Stderr, "revokebench: private PostgreSQL (fsync off)")
 	}
-	defer cleanupDB()
-
-	dc := dynamicconfig.StaticClient{
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
-		dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: 1000}},
-	}
-	ts := temporaltest.NewServer(temporaltest.WithBaseServerOptions(temporal.WithDynamicConfigClient(dc)))
-	defer ts.Stop()
-	quiet := sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tc := ts.NewClientWithOptions(client.Options{Namespace: ts.GetDefaultNamespace(), Logger: quiet})
-	defer tc.Close()
-	w, err := workerapp.Start(ctx, workerapp.Config{DatabaseURL: dbURL, Namespace: ts.GetDefaultNamespace(), Logger: log,
-		Client: tc, HostQueue: "revokebench-host",
+	st, err := localstack.Start(ctx, localstack.Options{AdminURL: o.dbURL,
 		// Generous liveness settings: a starved process must not lose its session while seeding.
 		Host: mcphost.Options{ClaimInterval: 200 * time.Millisecond, Lease: 30 * time.Second,
 			ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: 10 * time.Second}})
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer st.Stop()
 
 	srv := chaosmcp.New(chaosmcp.Options{Name: "bench", Version: "1.0.0"})
 	defer srv.Close()
@@ -149,7 +110,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	defer h.Close()
 
-	b := &bench{o: o, st: ledger.New(pool), tc: tc, ns: ts.GetDefaultNamespace(), dbURL: dbURL, source: "bench",
+	b := &bench{o: o, st: st.Store, stack: st, source: "bench",
 		delivered: map[string]map[int]time.Time{}, notify: make(chan struct{}, 1)}
 	if _, err := b.cli(ctx, "source", "add", b.source, "--url", h.URL, "--backstop", o.backstop.String()); err != nil {
 		return err
@@ -215,70 +176,9 @@ func principalOf(k int) string {
 	return fmt.Sprintf("p%03d", k)
 }
 
-// database returns the URL of a new, empty database and how to remove it.
-func database(ctx context.Context, admin string) (string, func(), error) {
-	if admin == "" {
-		dir, err := os.MkdirTemp("/tmp", "mcpsync-revokebench-")
-		if err != nil {
-			return "", nil, err
-		}
-		if err := os.Chmod(dir, 0o755); err != nil { // the cluster's OS user must traverse it
-			os.RemoveAll(dir)
-			return "", nil, err
-		}
-		if err := pgcluster.EnsureInstalled(ctx, zap.NewNop()); err != nil {
-			os.RemoveAll(dir)
-			return "", nil, err
-		}
-		c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "data"), SocketDir: filepath.Join(dir, "sock"), NoFsync: true})
-		if err != nil {
-			os.RemoveAll(dir)
-			return "", nil, err
-		}
-		fmt.Fprintf(os.Stderr, "revokebench: private PostgreSQL on %s:%d (fsync off)\n", c.Host(), c.Port())
-		return c.URL(), func() {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_ = c.Stop(sctx)
-			os.RemoveAll(dir)
-		}, nil
-	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	name := "mcpsync_revokebench_" + hex.EncodeToString(rnd[:])
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return "", nil, fmt.Errorf("connect to %s: %w", admin, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", nil, err
-	}
-	cfg, err := pgx.ParseConfig(admin)
-	if err != nil {
-		return "", nil, err
-	}
-	url := strings.Replace(admin, "/"+cfg.Database, "/"+name, 1)
-	fmt.Fprintf(os.Stderr, "revokebench: database %s\n", name)
-	return url, func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if c, err := pgx.Connect(dctx, admin); err == nil {
-			_, _ = c.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			_ = c.Close(dctx)
-		}
-	}, nil
-}
-
 // cli runs an mcpsync command in this process against the stack.
 func (b *bench) cli(ctx context.Context, args ...string) (string, error) {
-	var out, errb bytes.Buffer
-	code := cli.Run(ctx, cli.Env{Stdout: &out, Stderr: &errb, Store: b.st, Temporal: b.tc,
-		Config: config.Env{Namespace: b.ns, DatabaseURL: b.dbURL}}, args)
-	if code != 0 {
-		return out.String(), fmt.Errorf("mcpsync %s: exit %d: %s", strings.Join(args, " "), code, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
+	return b.stack.MustCLI(ctx, args...)
 }
 
 // parallel runs f(0..n-1) on b.o.parallel goroutines and returns the first error.
