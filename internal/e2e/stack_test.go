@@ -28,6 +28,7 @@ import (
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/invariants"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/localstack"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 	"github.com/mcpsync/mcpsync/internal/pgtest"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
@@ -77,12 +78,7 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cfg := stackConfig{dc: dynamicconfig.StaticClient{
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
-		dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: 1000}},
-		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():      []dynamicconfig.ConstrainedValue{{Value: 1}},
-		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key():     []dynamicconfig.ConstrainedValue{{Value: 1}},
-	}}
+	cfg := stackConfig{dc: localstack.DynamicConfig()}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -34,6 +34,18 @@ import (
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
+// DynamicConfig returns the dynamic config of an in-process test server: search attributes
+// visible at once, the transfer queue polled fast (the default adds ~50 ms to every workflow
+// task), and one partition per task queue.
+func DynamicConfig() dynamicconfig.StaticClient {
+	return dynamicconfig.StaticClient{
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
+		dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: 1000}},
+		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():      []dynamicconfig.ConstrainedValue{{Value: 1}},
+		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key():     []dynamicconfig.ConstrainedValue{{Value: 1}},
+	}
+}
+
 // Options configure a stack.
 type Options struct {
 	// AdminURL is a Postgres server's admin URL (database "postgres") on which a fresh
@@ -108,12 +120,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.Store = ledger.New(s.pool)
 
-	dc := dynamicconfig.StaticClient{
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
-		dynamicconfig.TransferProcessorMaxPollRPS.Key():             []dynamicconfig.ConstrainedValue{{Value: 1000}},
-		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():      []dynamicconfig.ConstrainedValue{{Value: 1}},
-		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key():     []dynamicconfig.ConstrainedValue{{Value: 1}},
-	}
+	dc := DynamicConfig()
 	if opts.SuggestContinueAsNewAt > 0 {
 		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = []dynamicconfig.ConstrainedValue{{Value: opts.SuggestContinueAsNewAt}}
 	}
