@@ -155,7 +155,6 @@ func (a *Session) MCPRead(ctx context.Context, in contract.ReadInput) (contract.
 	out := contract.ReadOutput{ServerName: caps.ServerName, ServerVersion: caps.ServerVersion}
 	out.SentAt = time.Now()
 	res, err := c.Session().ReadResource(ctx, &mcp.ReadResourceParams{URI: in.ServerURI})
-	out.ReadAt = time.Now().UTC()
 	if err != nil {
 		if IsNotFound(err) {
 			return out, nil

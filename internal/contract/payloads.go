@@ -176,7 +176,6 @@ type ReadOutput struct {
 	ServerName    string
 	ServerVersion string
 	LastModified  string
-	ReadAt        time.Time
 	// SentAt is when the host sent the resources/read, on the host's clock: notifications
 	// the same host received before it announce changes this read already sees.
 	SentAt time.Time
