@@ -6,7 +6,7 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -o /out/mcpsync ./starter \
  && CGO_ENABLED=0 go build -o /out/mcpsync-worker ./worker \
- && CGO_ENABLED=0 go build -o /out/mcpsync-demo-server ./demoserver
+ && CGO_ENABLED=0 go build -o /out/mcpsync-demo-server ./cmd/mcpsync-demo-server
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*

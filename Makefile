@@ -3,8 +3,8 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
-RUNCMDS := mcpsync:./starter mcpsync-worker:./worker mcpsync-dev:./devserver mcpsync-demo-server:./demoserver
-CMDS    := $(RUNCMDS) mcpsync-gate:./gate
+RUNCMDS := mcpsync:./starter mcpsync-worker:./worker mcpsync-dev:./cmd/mcpsync-dev mcpsync-demo-server:./cmd/mcpsync-demo-server
+CMDS    := $(RUNCMDS) mcpsync-gate:./cmd/mcpsync-gate
 SHUFFLES ?= 100000
 
 .PHONY: all build build-run run test bench gate fmt vet deps clean
@@ -56,10 +56,10 @@ test:
 ## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.
 bench:
 	$(GO) run ./bench/throughput $(THROUGHPUTFLAGS)
-	$(GO) run ./gate --only storm
-	$(GO) run ./internal/consumers/cmd/revokebench $(BENCHFLAGS)
+	$(GO) run ./cmd/mcpsync-gate --only storm
+	$(GO) run ./bench/revoke $(BENCHFLAGS)
 	$(GO) run ./bench/scan $(SCANBENCHFLAGS)
-	$(GO) run ./internal/shuffle/cmd/ledgerbench $(LEDGERBENCHFLAGS)
+	$(GO) run ./bench/ledger $(LEDGERBENCHFLAGS)
 
 ## deps: install missing PostgreSQL binaries and interop npm packages
 deps:

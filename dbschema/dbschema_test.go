@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mcpsync/mcpsync/dbschema"
-	"github.com/mcpsync/mcpsync/internal/pgtest"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

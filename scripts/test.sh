@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 tmp=$(mktemp -d /tmp/mcpsync-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/testpg" ./internal/pgtest/cmd/testpg
-go build -o "$tmp/testsummary" ./internal/tools/testsummary
+go build -o "$tmp/testpg" ./cmd/testpg
+go build -o "$tmp/testsummary" ./cmd/testsummary
 echo "test: go test ./... (${GOTESTFLAGS:-no extra flags}) against a private PostgreSQL cluster"
 set +e
 "$tmp/testpg" run --dir "$tmp/pg" -- go test -json -count=1 -timeout "${TEST_TIMEOUT:-45m}" ${GOTESTFLAGS:-} ./... | "$tmp/testsummary"

@@ -48,7 +48,7 @@ func TestPollingWithoutSubscribeCapability(t *testing.T) {
 // A long-lived subscription continues as new when the server suggests it and carries its whole
 // state, counters included, so across 10,000 signals none is lost (counted by the workflow
 // itself). The test environment delivers signals one at a time; draining signals that arrive
-// in the same workflow task as the switch is proven on a real server (internal/e2e).
+// in the same workflow task as the switch is proven on a real server (internal/harness/e2e).
 func TestContinueAsNewLosesNoSignal(t *testing.T) {
 	const total, perRun, batch = 10000, 2500, 50
 	h := newHarness(t)

@@ -11,7 +11,7 @@ import (
 	"github.com/mcpsync/mcpsync/workflows"
 )
 
-// Histories recorded from real runs (go test ./internal/e2e -run TestHistoriesReplay
+// Histories recorded from real runs (go test ./internal/harness/e2e -run TestHistoriesReplay
 // -record-histories) replay against the current code: a change that breaks determinism fails
 // here and needs workflow.GetVersion, not a silent re-record.
 func TestReplayRecordedHistories(t *testing.T) {

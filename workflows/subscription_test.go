@@ -15,7 +15,7 @@ import (
 	"github.com/mcpsync/mcpsync/activities"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/pgtest"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/workflows"
 )
 

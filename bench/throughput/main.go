@@ -22,9 +22,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpsync/mcpsync/internal/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/localstack"
+	"github.com/mcpsync/mcpsync/internal/harness/localstack"
 )
 
 func main() {

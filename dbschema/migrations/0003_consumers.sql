@@ -137,7 +137,7 @@ INSERT INTO grants (principal, source_id, granted_by)
 -- Wake-ups for outbox consumers. A transaction that notifies holds a server-wide lock from
 -- its pre-commit until its commit is done, WAL flush included (PostgreSQL keeps the
 -- notification queue in commit order), so notifying from the accept path would serialize
--- every accept's commit (measured by internal/shuffle/cmd/ledgerbench, fsync on: 611
+-- every accept's commit (measured by bench/ledger, fsync on: 611
 -- allocate+accept pairs/s with a NOTIFY per accept, 1131 without). Only the kinds listed here
 -- notify: by default the revocation rows (rare, and R29 bounds their latency). Rows of other
 -- kinds reach a follower on its fallback poll, or sooner when any wake-up comes. Inserting a

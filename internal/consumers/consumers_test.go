@@ -14,7 +14,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/consumers"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/pgtest"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -11,9 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/mcpsync/mcpsync/internal/invariants"
+	"github.com/mcpsync/mcpsync/internal/harness/invariants"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/pgtest"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 )
 
 const catURI = "demo://cat/1"

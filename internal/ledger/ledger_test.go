@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/pgtest"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

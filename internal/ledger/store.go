@@ -13,7 +13,7 @@
 // the state already changed and answers AlreadyDone, and a refusal changes and records nothing.
 //
 // Receipts that record a change are written while the statement holds the subscription row, so
-// their ids order a subscription's history as it committed (internal/shuffle replays that
+// their ids order a subscription's history as it committed (internal/harness/shuffle replays that
 // history to check the fences). Refusal receipts carry no state and need no order.
 package ledger
 

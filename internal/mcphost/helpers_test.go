@@ -16,11 +16,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/mcpsync/mcpsync/internal/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
-	"github.com/mcpsync/mcpsync/internal/pgtest"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 

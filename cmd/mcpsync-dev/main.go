@@ -1,0 +1,224 @@
+// Command mcpsync-dev runs everything mcpsync needs on one machine, in one process: a Temporal
+// server (SQLite under --data-dir) with its Web UI, and — unless DATABASE_URL is set — a
+// private PostgreSQL cluster under --data-dir/pg started from the machine's PostgreSQL
+// binaries. It prints one "mcpsync-dev ready: ..." line when everything answers and writes the
+// same facts to <data-dir>/dev.env as shell KEY=VALUE lines (TEMPORAL_ADDRESS, DATABASE_URL,
+// TEMPORAL_UI, TEMPORAL_NAMESPACE). SIGINT or SIGTERM stops the UI, Temporal and PostgreSQL in
+// that order; restarting over the same --data-dir keeps all data.
+//
+// Exit codes: 0 after a clean stop, 1 on failure, 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
+	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
+)
+
+const host = "127.0.0.1"
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("mcpsync-dev", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", ".data", "directory for the Temporal SQLite file, the PostgreSQL cluster (pg/) and dev.env")
+	frontendPort := fs.Int("frontend-port", 7233, "Temporal frontend gRPC port on "+host)
+	uiPort := fs.Int("ui-port", 8233, "Temporal Web UI HTTP port on "+host)
+	pgPort := fs.Int("pg-port", 55432, "PostgreSQL port on "+host+" (unused when DATABASE_URL is set)")
+	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	level, err := zapcore.ParseLevel(*logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "mcpsync-dev: bad --log-level %q: %v\n", *logLevel, err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "mcpsync-dev: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	log := newLogger(level)
+	defer log.Sync() //nolint:errcheck
+
+	// Signals are caught from here on; a second one after shutdown began kills the process.
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "mcpsync-dev:", describe(err))
+		return 1
+	}
+	began := time.Now()
+	databaseURL := os.Getenv("DATABASE_URL")
+	ports := []portFlag{{"--frontend-port", *frontendPort}, {"--ui-port", *uiPort}}
+	if databaseURL == "" {
+		ports = append(ports, portFlag{"--pg-port", *pgPort})
+	}
+	if err := checkPorts(ports); err != nil {
+		return fail(err)
+	}
+
+	var pg *pgcluster.Cluster
+	if databaseURL == "" {
+		if err := pgcluster.EnsureInstalled(ctx, log); err != nil {
+			return fail(fmt.Errorf("%w (or set DATABASE_URL to use an existing PostgreSQL server)", err))
+		}
+		pg, err = pgcluster.Start(ctx, pgcluster.Options{
+			DataDir: filepath.Join(*dataDir, "pg"),
+			Host:    host,
+			Port:    *pgPort,
+			Logger:  log.Named("pg"),
+		})
+		if err != nil {
+			return fail(err)
+		}
+		defer stopPostgres(pg)
+		databaseURL = pg.URL()
+	}
+
+	tmp, err := devtemporal.Start(ctx, devtemporal.Options{
+		DataDir:        *dataDir,
+		Host:           host,
+		FrontendPort:   *frontendPort,
+		UIPort:         *uiPort,
+		Logger:         log,
+		ServerLogLevel: level,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	defer func() {
+		if err := tmp.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "mcpsync-dev:", err)
+		}
+	}()
+
+	envFile := filepath.Join(*dataDir, "dev.env")
+	if err := writeEnv(envFile, [][2]string{
+		{"TEMPORAL_ADDRESS", tmp.FrontendAddress()},
+		{"TEMPORAL_NAMESPACE", tmp.Namespace()},
+		{"TEMPORAL_UI", tmp.UIURL()},
+		{"DATABASE_URL", databaseURL},
+	}); err != nil {
+		return fail(err)
+	}
+	defer os.Remove(envFile) // its facts end with this process
+
+	log.Info("started", zap.Duration("startup", time.Since(began)))
+	fmt.Printf("mcpsync-dev ready: temporal=%s ui=%s database=%s\n", tmp.FrontendAddress(), tmp.UIURL(), databaseURL)
+
+	var pgDone <-chan struct{}
+	if pg != nil {
+		pgDone = pg.Done()
+	}
+	select {
+	case <-ctx.Done():
+		stopSignals()
+		fmt.Fprintln(os.Stderr, "mcpsync-dev: stopping")
+		return 0
+	case <-pgDone:
+		stopSignals()
+		return fail(fmt.Errorf("PostgreSQL exited unexpectedly: %v", pg.ExitError()))
+	}
+}
+
+func newLogger(level zapcore.Level) *zap.Logger {
+	cfg := zap.NewDevelopmentConfig()
+	cfg.Level = zap.NewAtomicLevelAt(level)
+	cfg.DisableStacktrace = true
+	cfg.DisableCaller = true
+	log, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return log
+}
+
+func stopPostgres(pg *pgcluster.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pg.Stop(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpsync-dev:", err)
+	}
+}
+
+type portFlag struct {
+	flag string
+	port int
+}
+
+// portTakenError names a taken port and the flag that chooses another.
+type portTakenError struct{ portFlag }
+
+func (e *portTakenError) Error() string {
+	return fmt.Sprintf("port %d on %s is already in use (choose another with %s)", e.port, host, e.flag)
+}
+
+// checkPorts fails on the first port that cannot be bound, before anything starts.
+func checkPorts(ports []portFlag) error {
+	for _, p := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p.port)))
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return &portTakenError{p}
+		} else if err != nil {
+			return fmt.Errorf("cannot listen on %s:%d (%s): %w", host, p.port, p.flag, err)
+		}
+		l.Close()
+	}
+	return nil
+}
+
+// describe turns a port error that slipped past checkPorts (taken in between) into the same
+// one-line message.
+func describe(err error) string {
+	var pgPort *pgcluster.PortInUseError
+	var tPort *devtemporal.PortInUseError
+	switch {
+	case errors.As(err, &pgPort):
+		return (&portTakenError{portFlag{"--pg-port", pgPort.Port}}).Error()
+	case errors.As(err, &tPort) && tPort.Service == "frontend":
+		return (&portTakenError{portFlag{"--frontend-port", tPort.Port}}).Error()
+	case errors.As(err, &tPort) && tPort.Service == "ui":
+		return (&portTakenError{portFlag{"--ui-port", tPort.Port}}).Error()
+	}
+	return err.Error()
+}
+
+// writeEnv writes KEY=VALUE lines, atomically, that a POSIX shell can source (and make can
+// include): a value is single-quoted only when a shell would otherwise misread it.
+func writeEnv(path string, vars [][2]string) error {
+	var b strings.Builder
+	for _, kv := range vars {
+		v := kv[1]
+		if strings.ContainsAny(v, " \t\n'\"\\$`;&|<>()*[]{}!#~") {
+			v = "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
+		}
+		fmt.Fprintf(&b, "%s=%s\n", kv[0], v)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/harness/invariants"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/harness/shuffle"
+)
+
+func init() {
+	sections = append(sections,
+		section{"shuffles", shuffles},
+		section{"storm", storm},
+		section{"converge", converge},
+	)
+}
+
+// invariantsSection checks R24 on everything the other sections left in the ledger.
+var invariantsSection = section{"invariants", func(ctx context.Context, g *run) ([]Row, error) {
+	rep, err := invariants.Check(ctx, g.stack.Store.Pool())
+	if err != nil {
+		return nil, err
+	}
+	detail := fmt.Sprintf("%d subscriptions, %d versions, %d receipts checked", rep.Subscriptions, rep.Versions, rep.Receipts)
+	if rep.Violations() > 0 {
+		detail = rep.String()
+	}
+	return []Row{
+		zero("R24", "old generation/session overwrote a newer version", rep.VersionRegressions+rep.OldSessionAcceptances+rep.OldGenerationAcceptances, detail),
+		zero("R24", "versions/tombstones/invalidations accepted for non-ACTIVE subscriptions", rep.AcceptedAfterClose+rep.OutboxAfterClose+rep.OrphanOutbox, ""),
+	}, nil
+}}
+
+// shuffles runs the shuffled interleavings of R26 against the real ledger, in a database of
+// their own.
+func shuffles(ctx context.Context, g *run) ([]Row, error) {
+	url, err := g.stack.NewDatabase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := shuffle.PoolConfig(url, 0)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := newPool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	n := g.opts.Shuffles
+	last := time.Now()
+	rep, err := shuffle.Run(ctx, pool, shuffle.Options{Interleavings: n, Seed: time.Now().UnixNano(), Progress: func(done int) {
+		if time.Since(last) > 5*time.Second || done == n {
+			last = time.Now()
+			g.progress("shuffles: %d/%d interleavings", done, n)
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	detail := fmt.Sprintf("%d interleavings, %d ledger calls in %s, seed %d", rep.Interleavings, rep.Operations, rep.Elapsed.Round(time.Second), rep.Seed)
+	if len(rep.Examples) > 0 {
+		detail += "; first violation: " + rep.Examples[0].Detail
+	}
+	rows := []Row{
+		{Requirement: "R26", Metric: "shuffled notification/read/close interleavings", Threshold: fmt.Sprintf(">= %d", n),
+			Measured: fmt.Sprint(rep.Interleavings), Value: float64(rep.Interleavings), Pass: rep.Interleavings >= n, Detail: detail},
+		zero("R26", "version regressions", rep.VersionRegressions+rep.OldGenerationAcceptances+rep.OldSessionAcceptances, ""),
+		zero("R26", "late tombstones", rep.LateTombstones, ""),
+		zero("R26", "outbox rows after CLOSED", rep.OutboxAfterClose+rep.VersionsAfterClose, ""),
+		zero("R26", "non-ACTIVE acceptances", rep.NonActiveAcceptances+rep.AllocationsAfterClose, ""),
+		zero("R26", "every other shuffle invariant (receipts, bindings, linearizability, errors)",
+			rep.Violations()-(rep.VersionRegressions+rep.OldGenerationAcceptances+rep.OldSessionAcceptances+
+				rep.LateTombstones+rep.OutboxAfterClose+rep.VersionsAfterClose+rep.NonActiveAcceptances+rep.AllocationsAfterClose), ""),
+	}
+	return rows, nil
+}
+
+// chaosSource starts a fault-injecting server over streamable HTTP with n resources named
+// prefix/0000…, registers it as source name and subscribes to every resource, waiting until
+// each has its first version.
+func (g *run) chaosSource(ctx context.Context, name string, n int, extra ...string) (*chaosmcp.Server, func(int) string, error) {
+	srv := chaosmcp.New(chaosmcp.Options{Name: name, Version: "1"})
+	uriOf := func(i int) string { return fmt.Sprintf("demo://%s/%04d", name, i) }
+	for i := 0; i < n; i++ {
+		srv.Set(uriOf(i), "v0", "text/plain")
+	}
+	h, err := srv.StartHTTP("127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	context.AfterFunc(ctx, func() { h.Close(); srv.Close() })
+	if _, err := g.stack.MustCLI(ctx, append([]string{"source", "add", name, "--url", h.URL}, extra...)...); err != nil {
+		return nil, nil, err
+	}
+	for i := 0; i < n; i++ {
+		if _, err := g.stack.MustCLI(ctx, "subscribe", name, uriOf(i), "--wait", "0"); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := g.waitActive(ctx, name, n); err != nil {
+		return nil, nil, err
+	}
+	return srv, uriOf, nil
+}
+
+// waitActive waits until n subscriptions of a source are ACTIVE with a first version.
+func (g *run) waitActive(ctx context.Context, source string, n int) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var active int
+		if err := g.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM subscriptions s JOIN sources so ON so.id = s.source_id
+			WHERE so.name = $1 AND s.state = 'ACTIVE' AND s.last_accepted_ordinal > 0`, source).Scan(&active); err != nil {
+			return err
+		}
+		if active >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d subscriptions of %s ACTIVE after 5 minutes", active, n, source)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// acceptedDigests returns the newest accepted digest of every subscription of a source.
+func (g *run) acceptedDigests(ctx context.Context, source string) (map[string]string, error) {
+	subs, err := g.stack.Store.ListSubscriptions(ctx, ledger.SubscriptionFilter{Source: source})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, s := range subs {
+		out[s.URI] = s.LastAcceptedDigest
+	}
+	return out, nil
+}
+
+// storm measures read amplification under duplicate notifications (R27): every change of
+// every resource is notified StormCopies times; reads per change must stay below 1.2.
+func storm(ctx context.Context, g *run) ([]Row, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n, rounds, copies := g.opts.StormResources, g.opts.StormRounds, g.opts.StormCopies
+	srv, uriOf, err := g.chaosSource(ctx, "storm", n, "--backstop", "1h")
+	if err != nil {
+		return nil, err
+	}
+	var before int64
+	if err := g.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches d JOIN subscriptions s ON s.id = d.subscription_id
+		JOIN sources so ON so.id = s.source_id WHERE so.name = 'storm'`).Scan(&before); err != nil {
+		return nil, err
+	}
+	sentBefore := srv.Stats().UpdatesSent
+	srv.SetUpdateDuplicates(copies - 1)
+	for r := 1; r <= rounds; r++ {
+		want := map[string]string{}
+		for i := 0; i < n; i++ {
+			body := fmt.Sprintf("round %d of %s", r, uriOf(i))
+			srv.Set(uriOf(i), body, "text/plain")
+			want[uriOf(i)] = ledger.Digest([]byte(body))
+		}
+		if err := g.waitDigests(ctx, "storm", want, 2*time.Minute); err != nil {
+			return nil, err
+		}
+		g.progress("storm: round %d/%d converged", r, rounds)
+	}
+	var after int64
+	if err := g.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches d JOIN subscriptions s ON s.id = d.subscription_id
+		JOIN sources so ON so.id = s.source_id WHERE so.name = 'storm'`).Scan(&after); err != nil {
+		return nil, err
+	}
+	changes := n * rounds
+	amp := float64(after-before) / float64(changes)
+	notified := srv.Stats().UpdatesSent - sentBefore
+	return []Row{{
+		Requirement: "R27", Metric: "read amplification under duplicate notifications", Threshold: "< 1.2x",
+		Measured: fmt.Sprintf("%.3fx", amp), Value: amp, Pass: amp < 1.2,
+		Detail: fmt.Sprintf("%d changes notified %d times (%d copies each): %d reads", changes, notified, copies, after-before),
+	}}, nil
+}
+
+// waitDigests waits until every URI of a source has the wanted accepted digest.
+func (g *run) waitDigests(ctx context.Context, source string, want map[string]string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := g.acceptedDigests(ctx, source)
+		if err != nil {
+			return err
+		}
+		missing := 0
+		for u, d := range want {
+			if got[u] != d {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d resources of %s not converged after %s", missing, len(want), source, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// converge measures R28: ConvergeResources active resources mutate at ConvergeRate for
+// ConvergeFor while DropRate of the update notifications are lost; the share of mutations
+// whose content (or a newer one) was accepted within Within must be at least 99.9 %.
+func converge(ctx context.Context, g *run) ([]Row, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := g.opts.ConvergeResources
+	srv, uriOf, err := g.chaosSource(ctx, "converge", n)
+	if err != nil {
+		return nil, err
+	}
+	head, err := g.stack.Store.OutboxHead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	srv.SetUpdateDropRate(g.opts.DropRate)
+	type mutation struct {
+		uri string
+		at  time.Time
+		seq int // per-resource mutation number
+	}
+	var muts []mutation
+	digestSeq := map[string]int{} // digest → its resource's mutation number
+	perURI := map[string]int{}
+	rng := rand.New(rand.NewPCG(7, 11))
+	interval := time.Duration(float64(time.Second) / g.opts.ConvergeRate)
+	start := time.Now()
+	next := start
+	for time.Since(start) < g.opts.ConvergeFor {
+		u := uriOf(rng.IntN(n))
+		perURI[u]++
+		body := fmt.Sprintf("%s mutation %d", u, perURI[u])
+		digestSeq[ledger.Digest([]byte(body))] = perURI[u]
+		muts = append(muts, mutation{uri: u, at: time.Now(), seq: perURI[u]})
+		srv.Set(u, body, "text/plain")
+		next = next.Add(interval)
+		time.Sleep(time.Until(next))
+	}
+	g.progress("converge: %d mutations sent; waiting up to %s for the last ones", len(muts), g.opts.Within)
+	// accepted[uri] lists (time, mutation number) of every version accepted since the start.
+	type acc struct {
+		at  time.Time
+		seq int
+	}
+	accepted := map[string][]acc{}
+	cur := head
+	lastMut := muts[len(muts)-1].at
+	for time.Since(lastMut) < g.opts.Within+5*time.Second {
+		rows, _, err := g.stack.Store.OutboxBatch(ctx, cur, 2000)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			cur = r.Cursor
+			if seq, ok := digestSeq[r.Digest]; ok && r.Kind == "version" {
+				accepted[r.URI] = append(accepted[r.URI], acc{r.CreatedAt, seq})
+			}
+		}
+		if len(rows) == 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	converged := 0
+	var lat []time.Duration
+	for _, m := range muts {
+		for _, a := range accepted[m.uri] {
+			if a.seq >= m.seq {
+				if d := a.at.Sub(m.at); d <= g.opts.Within {
+					converged++
+					lat = append(lat, d)
+				}
+				break
+			}
+		}
+	}
+	slices.Sort(lat)
+	share := float64(converged) / float64(len(muts))
+	st := srv.Stats()
+	detail := fmt.Sprintf("%d mutations of %d resources, %d of %d notifications dropped", len(muts), n, st.UpdatesDropped, st.UpdatesDropped+st.UpdatesSent)
+	if len(lat) > 0 {
+		detail += fmt.Sprintf("; convergence p50 %s, p99 %s, max %s", lat[len(lat)/2].Round(time.Millisecond),
+			lat[len(lat)*99/100].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	}
+	return []Row{{
+		Requirement: "R28", Metric: fmt.Sprintf("active resources converged within %s (%.0f %% notifications dropped)", g.opts.Within, g.opts.DropRate*100),
+		Threshold: ">= 99.9 %", Measured: fmt.Sprintf("%.2f %%", share*100), Value: share, Pass: share >= 0.999, Detail: detail,
+	}}, nil
+}
