@@ -43,16 +43,18 @@ gate: build
 test:
 	@scripts/test.sh
 
-## bench: end to end (issue 8): notification → accepted version throughput and p50/p99 over
-## 1,000 subscriptions, next to a raw go-sdk read loop against the same server.
-## Read amplification (issue 5): a storm of 100 duplicate notifications per change.
-## Revocation latency (issue 7): p50/p99 from `mcpsync revoke` to every derived index's
+## bench: the benchmarks, one after another, each printing its own result:
+## Throughput: notification → accepted version throughput and p50/p99 latency over 1,000
+## subscriptions, next to a raw go-sdk read loop against the same server. THROUGHPUTFLAGS
+## passes flags (see -help).
+## Read amplification (R27): the gate's storm section, 100 duplicate notifications per change.
+## Revocation latency (R29): p50/p99 from `mcpsync revoke` to every derived index's
 ## invalidation delivered to its outbox consumer, over 1,000 subscriptions and 10 indexes, with
 ## the raw outbox insert-to-delivery baseline. BENCHFLAGS passes flags (see -help).
-## Discovery (issue 6): an A/B double scan of 100,000 resources against one raw go-sdk listing
-## of the same server over the same transport, and their ratio. SCANBENCHFLAGS passes flags.
-## Ledger (issue 3): acceptResourceVersion with 8 writers (allocate+accept pairs, accepts only)
-## against `pgbench -N` on the same cluster, and their ratio (goal >= 0.6); the server is
+## Discovery: an A/B double scan of 100,000 resources against one raw go-sdk listing of the
+## same server over the same transport, and their ratio. SCANBENCHFLAGS passes flags.
+## Ledger: acceptResourceVersion with 8 writers (allocate+accept pairs, accepts only) against
+## `pgbench -N` on the same cluster, and their ratio (goal >= 0.6); the server is
 ## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.
 bench:
 	$(GO) run ./bench/throughput $(THROUGHPUTFLAGS)
