@@ -15,5 +15,5 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli.Run(ctx, cli.Env{Stdout: os.Stdout, Stderr: os.Stderr}, os.Args[1:])
 	stop()
-	os.Exit(code)
+	os.Exit(int(code))
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,12 +11,32 @@ import (
 )
 
 func init() {
-	register(command{"gate", "[--shuffles 100000] [--json] [--only a,b]: run the release gate (mcpsync-gate) and print its table", gate})
+	register(command{"gate", "[--shuffles 100000] [--resources 1000] [--only a,b] [--json] [--database URL]: run the release gate (mcpsync-gate) and print its table", gate})
 }
 
 // gate runs mcpsync-gate (built next to mcpsync; it embeds a whole deployment, so the CLI does
 // not carry it) with the same arguments, passing its output and exit code through.
 func gate(ctx context.Context, e *runEnv, args []string) error {
+	const usage = "mcpsync gate [--shuffles N] [--resources N] [--only a,b] [--json] [--database URL] [--log-level L]"
+	// The flags of mcpsync-gate (cmd/mcpsync-gate; keep the two in step), declared here so
+	// that bad input is rejected with one line before a whole deployment starts. The section
+	// names of --only are checked by mcpsync-gate itself.
+	fs := flag.NewFlagSet("gate", flag.ContinueOnError)
+	shuffles := fs.Int("shuffles", 100000, "shuffled interleavings (R26)")
+	fs.Bool("json", false, "print the table as JSON")
+	fs.String("database", "", "admin URL of a Postgres server to use (empty: MCPSYNC_GATE_DATABASE_URL, or a private one)")
+	fs.String("only", "", "comma-separated sections to run (shuffles,discovery,storm,converge,revocation); the invariants always run")
+	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
+	fs.String("log-level", "error", "log level of the deployment")
+	if _, err := parse(fs, args, usage); err != nil {
+		return err
+	}
+	if *shuffles < 0 {
+		return usageErr("--shuffles must not be negative, got %d", *shuffles)
+	}
+	if *resources <= 0 {
+		return usageErr("--resources must be positive, got %d", *resources)
+	}
 	path, err := gateBinary()
 	if err != nil {
 		return err
@@ -25,7 +46,7 @@ func gate(ctx context.Context, e *runEnv, args []string) error {
 	err = cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		return &exitError{exit.ExitCode(), fmt.Errorf("the release gate did not pass (exit %d)", exit.ExitCode())}
+		return &exitError{ExitCode(exit.ExitCode()), fmt.Errorf("the release gate did not pass (exit %d)", exit.ExitCode())}
 	}
 	return err
 }

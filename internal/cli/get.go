@@ -9,30 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/guard"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-)
-
-// Exit codes of the consumer commands, beyond those of Run (4 is ExitRefused).
-const (
-	// ExitDenied: the principal holds no standing grant on the source (get, subscribe).
-	ExitDenied = 5
-	// ExitGuardRejected: the output guard rejected the content (get); nothing was delivered.
-	ExitGuardRejected = 6
 )
 
 func init() {
 	register(command{"get", "SOURCE URI [--principal P] [--for-index NAME] [--json]: the newest accepted version through the grant " +
 		"and the output guard (exit 5: no standing grant, 6: guard rejected)", get})
-}
-
-// deniedErr gives an error that says the principal holds no standing grant (ledger.ErrNoGrant)
-// the ExitDenied code; any other error (nil included) is returned as it is.
-func deniedErr(err error) error {
-	if errors.Is(err, ledger.ErrNoGrant) {
-		return &exitError{ExitDenied, err}
-	}
-	return err
 }
 
 // guardJSON is the output guard's verdict as get --json prints it.
@@ -47,31 +31,31 @@ type guardJSON struct {
 
 // getJSON is what get --json prints.
 type getJSON struct {
-	Source                string     `json:"source"`
-	URI                   string     `json:"uri"`
-	Principal             string     `json:"principal"`
-	State                 string     `json:"state"`
-	Reason                string     `json:"reason,omitempty"`
-	AcceptedAt            time.Time  `json:"acceptedAt"`
-	VerifiedAt            *time.Time `json:"verifiedAt,omitempty"`
-	Refresh               string     `json:"refresh,omitempty"`
-	StalenessBoundSeconds int        `json:"stalenessBoundSeconds"` // 0: unbounded (not live)
-	VersionID             int64      `json:"versionId"`
-	ReadOrdinal           int64      `json:"readOrdinal"`
-	Generation            int64      `json:"generation"`
-	SessionGeneration     int64      `json:"sessionGeneration"`
-	Digest                string     `json:"digest"`
-	MIMEType              string     `json:"mimeType"`
-	Size                  int64      `json:"size"`
-	AuthSubject           string     `json:"authSubject"`
-	ServerName            string     `json:"serverName,omitempty"`
-	ServerVersion         string     `json:"serverVersion,omitempty"`
-	GrantEpoch            int64      `json:"grantEpoch"`
-	Guard                 guardJSON  `json:"guard"`
-	Index                 string     `json:"index,omitempty"`
-	LineageID             int64      `json:"lineageId,omitempty"`
-	Body                  string     `json:"body,omitempty"`
-	Encoding              string     `json:"encoding,omitempty"`
+	Source                string        `json:"source"`
+	URI                   string        `json:"uri"`
+	Principal             string        `json:"principal"`
+	State                 mcpsync.State `json:"state"`
+	Reason                string        `json:"reason,omitempty"`
+	AcceptedAt            time.Time     `json:"acceptedAt"`
+	VerifiedAt            *time.Time    `json:"verifiedAt,omitempty"`
+	Refresh               string        `json:"refresh,omitempty"`
+	StalenessBoundSeconds int           `json:"stalenessBoundSeconds"` // 0: unbounded (not live)
+	VersionID             int64         `json:"versionId"`
+	ReadOrdinal           int64         `json:"readOrdinal"`
+	Generation            int64         `json:"generation"`
+	SessionGeneration     int64         `json:"sessionGeneration"`
+	Digest                string        `json:"digest"`
+	MIMEType              string        `json:"mimeType"`
+	Size                  int64         `json:"size"`
+	AuthSubject           string        `json:"authSubject"`
+	ServerName            string        `json:"serverName,omitempty"`
+	ServerVersion         string        `json:"serverVersion,omitempty"`
+	GrantEpoch            int64         `json:"grantEpoch"`
+	Guard                 guardJSON     `json:"guard"`
+	Index                 string        `json:"index,omitempty"`
+	LineageID             int64         `json:"lineageId,omitempty"`
+	Body                  string        `json:"body,omitempty"`
+	Encoding              string        `json:"encoding,omitempty"`
 }
 
 // guardPolicy is the output guard every consumer read passes.
@@ -95,18 +79,22 @@ func get(ctx context.Context, e *runEnv, args []string) error {
 	principal := fs.String("principal", "default", "principal reading")
 	forIndex := fs.String("for-index", "", "name of the derived index taking the content (records lineage)")
 	asJSON := fs.Bool("json", false, "print JSON (metadata, guard verdict and body)")
-	pos, err := parse(fs, args, 2, 2, usage)
+	pos, err := parse(fs, args, usage, "SOURCE", "URI")
 	if err != nil {
 		return err
 	}
-	if *principal == "" {
-		return usageErr("--principal must not be empty")
+	if err := notEmpty("--principal", *principal); err != nil {
+		return err
+	}
+	norm, err := normalizeURI(pos[1])
+	if err != nil {
+		return err
 	}
 	st, err := e.store(ctx)
 	if err != nil {
 		return err
 	}
-	src, norm, err := resolve(ctx, st, pos[0], pos[1])
+	src, err := sourceNamed(ctx, st, pos[0])
 	if err != nil {
 		return err
 	}
@@ -148,7 +136,7 @@ func get(ctx context.Context, e *runEnv, args []string) error {
 func toGetJSON(res ledger.ReadResult, principal, norm string, pol guard.Policy, index string) getJSON {
 	v := res.Version
 	j := getJSON{
-		Source: res.SourceName, URI: norm, Principal: principal, State: string(res.State), Reason: res.StateReason,
+		Source: res.SourceName, URI: norm, Principal: principal, State: res.State, Reason: res.StateReason,
 		AcceptedAt: v.AcceptedAt.UTC(), VerifiedAt: res.LastVerifiedAt, Refresh: res.Refresh,
 		StalenessBoundSeconds: res.StalenessBoundSeconds, VersionID: v.ID, ReadOrdinal: v.ReadOrdinal,
 		Generation: v.Generation, SessionGeneration: v.SessionGeneration, Digest: v.Digest, MIMEType: v.MIMEType,

@@ -41,7 +41,7 @@ type outboxEventJSON struct {
 func cursorString(c ledger.OutboxCursor) string { return fmt.Sprintf("%d:%d", c.TxID, c.ID) }
 
 func outboxTail(ctx context.Context, e *runEnv, args []string) error {
-	const usage = "mcpsync outbox tail --consumer NAME [--follow] [--json] [--batch 200] [--from-now] [--poll 1s] [--limit N]"
+	const usage = "mcpsync outbox tail --consumer NAME [--follow [--poll 1s]] [--json] [--batch 200] [--from-now] [--limit N]"
 	fs := flag.NewFlagSet("outbox tail", flag.ContinueOnError)
 	name := fs.String("consumer", "", "consumer name: its offset is stored in the ledger")
 	follow := fs.Bool("follow", false, "keep delivering new rows until interrupted")
@@ -50,14 +50,21 @@ func outboxTail(ctx context.Context, e *runEnv, args []string) error {
 	fromNow := fs.Bool("from-now", false, "a new consumer starts at the current head instead of the beginning")
 	poll := fs.Duration("poll", time.Second, "fallback read period while following (NOTIFY wakes it sooner)")
 	limit := fs.Int("limit", 0, "stop after this many rows (0: no limit)")
-	if _, err := parse(fs, args, 0, 0, usage); err != nil {
+	if _, err := parse(fs, args, usage); err != nil {
 		return err
 	}
-	if *name == "" {
+	switch {
+	case strings.TrimSpace(*name) == "":
 		return usageErr("--consumer NAME is required (usage: %s)", usage)
+	case *batch <= 0:
+		return usageErr("--batch must be positive, got %d", *batch)
+	case *limit < 0:
+		return usageErr("--limit must not be negative, got %d", *limit)
+	case isSet(fs, "poll") && !*follow:
+		return usageErr("--poll applies only with --follow")
 	}
-	if *batch <= 0 || *poll <= 0 || *limit < 0 {
-		return usageErr("--batch and --poll must be positive, --limit not negative")
+	if err := positive("poll", *poll); err != nil {
+		return err
 	}
 	st, err := e.store(ctx)
 	if err != nil {
@@ -126,7 +133,7 @@ type consumerJSON struct {
 func outboxConsumers(ctx context.Context, e *runEnv, args []string) error {
 	fs := flag.NewFlagSet("outbox consumers", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parse(fs, args, 0, 0, "mcpsync outbox consumers [--json]"); err != nil {
+	if _, err := parse(fs, args, "mcpsync outbox consumers [--json]"); err != nil {
 		return err
 	}
 	st, err := e.store(ctx)

@@ -12,10 +12,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/searchattr"
-	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
 func init() {
@@ -23,12 +23,12 @@ func init() {
 }
 
 type reconcileJSON struct {
-	URI        string `json:"uri"`
-	Principal  string `json:"principal"`
-	State      string `json:"state"`
-	Reason     string `json:"reason,omitempty"`
-	WorkflowID string `json:"workflowId"`
-	Action     string `json:"action"`
+	URI        string        `json:"uri"`
+	Principal  string        `json:"principal"`
+	State      mcpsync.State `json:"state"`
+	Reason     string        `json:"reason,omitempty"`
+	WorkflowID string        `json:"workflowId"`
+	Action     string        `json:"action"`
 }
 
 // subscriptionInput rebuilds the workflow input of a subscription from the ledger.
@@ -52,7 +52,7 @@ func startSubscription(ctx context.Context, tc client.Client, namespace, wfID st
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			contract.SearchSource.ValueSet(in.Source), contract.SearchURI.ValueSet(in.URI),
-			contract.SearchPrincipal.ValueSet(in.Principal), contract.SearchState.ValueSet("DISCOVERED"),
+			contract.SearchPrincipal.ValueSet(in.Principal), contract.SearchState.ValueSet(string(mcpsync.StateDiscovered)),
 		),
 	}, contract.SubscriptionWorkflowName, in)
 }
@@ -65,9 +65,15 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	principal := fs.String("principal", "", "only this principal")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, 1, 2, usage)
+	pos, err := parse(fs, args, usage, "SOURCE", "[URI]")
 	if err != nil {
 		return err
+	}
+	f := ledger.SubscriptionFilter{Principal: *principal}
+	if len(pos) == 2 {
+		if f.URI, err = normalizeURI(pos[1]); err != nil {
+			return err
+		}
 	}
 	st, err := e.store(ctx)
 	if err != nil {
@@ -77,12 +83,7 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	f := ledger.SubscriptionFilter{Source: src.Name, Principal: *principal}
-	if len(pos) == 2 {
-		if f.URI, err = uri.Normalize(pos[1]); err != nil {
-			return usageErr("%v", err)
-		}
-	}
+	f.Source = src.Name
 	subs, err := st.ListSubscriptions(ctx, f)
 	if err != nil {
 		return err
@@ -96,8 +97,8 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 	}
 	var out []reconcileJSON
 	for _, s := range subs {
-		r := reconcileJSON{URI: s.URI, Principal: s.Principal, State: string(s.State), Reason: s.StateReason, WorkflowID: s.WorkflowID}
-		if s.State == ledger.StateClosed {
+		r := reconcileJSON{URI: s.URI, Principal: s.Principal, State: s.State, Reason: s.StateReason, WorkflowID: s.WorkflowID}
+		if s.State == mcpsync.StateClosed {
 			r.Action = "none (closed)"
 			out = append(out, r)
 			continue
@@ -118,7 +119,7 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 				return fmt.Errorf("restarting %s: %w", s.WorkflowID, err)
 			}
 			r.Action = "restarted workflow"
-		case s.State == ledger.StateActive:
+		case s.State == mcpsync.StateActive:
 			r.Action = "none (active)"
 		default:
 			if err := tc.SignalWorkflow(ctx, s.WorkflowID, "", contract.SignalReconcile, contract.Reconcile{ID: newID()}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/mcpsync/mcpsync/internal/ledger"
@@ -28,25 +29,33 @@ type rolloutJSON struct {
 // rollback returns to shadow with no subscription published, keeping every watermark and close
 // receipt so that no old read loses its fence.
 func rollout(ctx context.Context, e *runEnv, args []string) error {
-	const usage = "mcpsync rollout status | shadow | live [--percent N] | rollback [--reason R] [--json]"
+	const usage = "mcpsync rollout ACTION [--percent N] [--reason R] [--json], ACTION one of status, shadow, live (--percent), rollback"
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	percent := fs.String("percent", "100", "live: share of subscriptions whose versions reach consumers (0-100)")
 	reason := fs.String("reason", "", "why (recorded in the roll-out history)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, 1, 1, usage)
+	pos, err := parse(fs, args, usage, "ACTION")
 	if err != nil {
 		return err
 	}
+	action := pos[0]
 	p, err := strconv.Atoi(*percent)
-	if err != nil || p < 0 || p > 100 {
+	switch {
+	case !slices.Contains([]string{"status", "shadow", "live", "rollback"}, action):
+		return usageErr("unknown rollout action %q: want status, shadow, live or rollback (usage: %s)", action, usage)
+	case err != nil || p < 0 || p > 100:
 		return usageErr("--percent must be a whole number from 0 to 100, got %q", *percent)
+	case isSet(fs, "percent") && action != "live":
+		return usageErr("--percent applies only to rollout live")
+	case isSet(fs, "reason") && action == "status":
+		return usageErr("--reason applies only to a change (shadow, live, rollback), not to status")
 	}
 	st, err := e.store(ctx)
 	if err != nil {
 		return err
 	}
 	var r ledger.Rollout
-	switch pos[0] {
+	switch action {
 	case "status":
 		r, err = st.Rollout(ctx)
 	case "shadow":
@@ -58,8 +67,6 @@ func rollout(ctx context.Context, e *runEnv, args []string) error {
 			*reason = "rollback"
 		}
 		r, err = st.SetRollout(ctx, ledger.RolloutShadow, 0, *reason)
-	default:
-		return usageErr("unknown rollout action %q (usage: %s)", pos[0], usage)
 	}
 	if err != nil {
 		return err

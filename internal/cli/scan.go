@@ -18,11 +18,6 @@ import (
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
-// ExitRefused is the exit code of `mcpsync catalog` when the ledger refuses the source's
-// catalog for the purpose: anything short of SNAPSHOT_PROVEN for integrity, a catalog that
-// needs reconciliation for anybody (R7, R25).
-const ExitRefused = 4
-
 func init() {
 	register(command{"scan", "SOURCE [--wait] [--timeout 5m] [--json]: run a discovery scan (A/B rounds) and publish a catalog", scanCmd})
 	register(command{"catalog", "SOURCE [--purpose display|integrity] [--consumer NAME] [--json]: the source's newest catalog, if the purpose may have it (refused: exit 4)", catalogCmd})
@@ -34,9 +29,15 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 	wait := fs.Bool("wait", false, "wait for the scan, showing its progress, and print its catalog")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long --wait waits")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, 1, 1, usage)
+	pos, err := parse(fs, args, usage, "SOURCE")
 	if err != nil {
 		return err
+	}
+	if err := positive("timeout", *timeout); err != nil {
+		return err
+	}
+	if isSet(fs, "timeout") && !*wait {
+		return usageErr("--timeout applies only with --wait")
 	}
 	st, err := e.store(ctx)
 	if err != nil {
@@ -309,15 +310,15 @@ func catalogCmd(ctx context.Context, e *runEnv, args []string) error {
 	purpose := fs.String("purpose", string(ledger.PurposeDisplay), "what the catalog is for: display, or integrity (needs SNAPSHOT_PROVEN)")
 	consumer := fs.String("consumer", "mcpsync-cli", "who consumes the catalog, for the record")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, 1, 1, usage)
+	pos, err := parse(fs, args, usage, "SOURCE")
 	if err != nil {
 		return err
 	}
 	if p := ledger.CatalogPurpose(*purpose); !p.Valid() {
 		return usageErr("--purpose must be display or integrity, not %q", *purpose)
 	}
-	if *consumer == "" {
-		return usageErr("--consumer must not be empty")
+	if err := notEmpty("--consumer", *consumer); err != nil {
+		return err
 	}
 	st, err := e.store(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -47,13 +48,25 @@ func sourceAdd(ctx context.Context, e *runEnv, args []string) error {
 	backstop := fs.Duration("backstop", 30*time.Second, "backstop re-read period of subscribed resources")
 	poll := fs.Duration("poll", 30*time.Second, "poll period when the server lacks resources.subscribe")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, 1, 1, usage)
+	pos, err := parse(fs, args, usage, "NAME")
 	if err != nil {
 		return err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"backstop", *backstop}, {"poll", *poll}} {
+		if d.v < time.Second || d.v%time.Second != 0 {
+			return usageErr("--%s must be a whole number of seconds, at least 1s, got %s", d.name, d.v)
+		}
 	}
 	spec := ledger.SourceSpec{Name: pos[0], Subject: *subject,
 		BackstopSeconds: int(backstop.Seconds()), PollSeconds: int(poll.Seconds())}
 	switch {
+	case isSet(fs, "stdio") && *stdio == "":
+		return usageErr("--stdio must not be empty")
+	case isSet(fs, "url") && *url == "":
+		return usageErr("--url must not be empty")
 	case *stdio != "" && *url != "":
 		return usageErr("give either --stdio or --url, not both")
 	case *stdio != "":
@@ -66,12 +79,12 @@ func sourceAdd(ctx context.Context, e *runEnv, args []string) error {
 		}
 		spec.Transport, spec.Command = ledger.TransportStdio, argv
 	case *url != "":
+		if u, err := neturl.Parse(*url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usageErr("--url %q is not an http:// or https:// URL with a host", *url)
+		}
 		spec.Transport, spec.URL = ledger.TransportHTTP, *url
 	default:
 		return usageErr("give --stdio \"CMD ARGS\" or --url URL (usage: %s)", usage)
-	}
-	if *backstop < time.Second || *poll < time.Second {
-		return usageErr("--backstop and --poll must be at least 1s")
 	}
 	if err := spec.Validate(); err != nil {
 		return usageErr("%v", strings.TrimSuffix(err.Error(), ": "+ledger.ErrInvalid.Error()))
@@ -107,7 +120,7 @@ func target(s ledger.Source) string {
 func sourceList(ctx context.Context, e *runEnv, args []string) error {
 	fs := flag.NewFlagSet("source list", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parse(fs, args, 0, 0, "mcpsync source list [--json]"); err != nil {
+	if _, err := parse(fs, args, "mcpsync source list [--json]"); err != nil {
 		return err
 	}
 	st, err := e.store(ctx)

@@ -12,9 +12,9 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
 func init() {
@@ -23,35 +23,31 @@ func init() {
 	register(command{"status", "[SOURCE [URI]] [--principal P] [--json]: state, generations, ordinals, digest of subscriptions", status})
 }
 
-// resolve checks SOURCE exists and URI is well formed, returning the source and the
-// normalized URI.
-func resolve(ctx context.Context, st *ledger.Store, source, raw string) (ledger.Source, string, error) {
-	norm, err := uri.Normalize(raw)
-	if err != nil {
-		return ledger.Source{}, "", usageErr("%v", err)
-	}
-	src, err := sourceNamed(ctx, st, source)
-	return src, norm, err
-}
-
 func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	const usage = "mcpsync subscribe SOURCE URI [--principal P] [--wait 20s] [--json]"
 	fs := flag.NewFlagSet("subscribe", flag.ContinueOnError)
 	principal := fs.String("principal", "default", "principal the subscription is for")
 	wait := fs.Duration("wait", 20*time.Second, "how long to wait for ACTIVE (0: do not wait)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, 2, 2, usage)
+	pos, err := parse(fs, args, usage, "SOURCE", "URI")
 	if err != nil {
 		return err
 	}
-	if *principal == "" {
-		return usageErr("--principal must not be empty")
+	if err := notEmpty("--principal", *principal); err != nil {
+		return err
+	}
+	if err := nonNegative("wait", *wait); err != nil {
+		return err
+	}
+	norm, err := normalizeURI(pos[1])
+	if err != nil {
+		return err
 	}
 	st, err := e.store(ctx)
 	if err != nil {
 		return err
 	}
-	src, norm, err := resolve(ctx, st, pos[0], pos[1])
+	src, err := sourceNamed(ctx, st, pos[0])
 	if err != nil {
 		return err
 	}
@@ -73,9 +69,14 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	// RECONCILIATION_REQUIRED is not final: the workflow re-establishes on the live session (its
 	// reason may even be left from before the worker restarted), so wait for ACTIVE or a close.
 	sub, err := waitFor(ctx, st, *principal, src.Name, norm, *wait, func(s ledger.Subscription) bool {
-		return s.WorkflowID == wfID && (s.State == ledger.StateActive || s.State.Closing())
+		return s.WorkflowID == wfID && (s.State == mcpsync.StateActive || s.State.Closing())
 	})
 	if *wait == 0 && errors.Is(err, ledger.ErrNotFound) {
+		// The workflow has not written its ledger row yet: it starts DISCOVERED.
+		if *asJSON {
+			return writeJSON(e.Stdout, statusJSON{Source: src.Name, URI: norm, ServerURI: pos[1], Principal: *principal,
+				State: mcpsync.StateDiscovered, WorkflowID: wfID})
+		}
 		fmt.Fprintf(e.Stdout, "subscription workflow %s started (run %s)\n", wfID, run.GetRunID())
 		return nil
 	}
@@ -91,7 +92,7 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 			sub.SourceName, sub.URI, sub.Principal, sub.State, sub.Generation, sub.SessionGeneration, sub.WorkflowID)
 	}
 	switch {
-	case sub.State == ledger.StateActive:
+	case sub.State == mcpsync.StateActive:
 		return nil
 	case sub.State.Closing():
 		return fmt.Errorf("subscription is closing (%s: %s); subscribe again once it is CLOSED", sub.State, sub.StateReason)
@@ -136,7 +137,17 @@ func unsubscribe(ctx context.Context, e *runEnv, args []string) error {
 	principal := fs.String("principal", "default", "principal the subscription is for")
 	wait := fs.Duration("wait", 20*time.Second, "how long to wait for CLOSED (0: do not wait)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, 2, 2, usage)
+	pos, err := parse(fs, args, usage, "SOURCE", "URI")
+	if err != nil {
+		return err
+	}
+	if err := notEmpty("--principal", *principal); err != nil {
+		return err
+	}
+	if err := nonNegative("wait", *wait); err != nil {
+		return err
+	}
+	norm, err := normalizeURI(pos[1])
 	if err != nil {
 		return err
 	}
@@ -144,7 +155,7 @@ func unsubscribe(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	src, norm, err := resolve(ctx, st, pos[0], pos[1])
+	src, err := sourceNamed(ctx, st, pos[0])
 	if err != nil {
 		return err
 	}
@@ -155,7 +166,7 @@ func unsubscribe(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	if sub.State != ledger.StateClosed {
+	if sub.State != mcpsync.StateClosed {
 		tc, err := e.temporal(ctx)
 		if err != nil {
 			return err
@@ -169,10 +180,13 @@ func unsubscribe(ctx context.Context, e *runEnv, args []string) error {
 			return fmt.Errorf("signalling %s: %w", sub.WorkflowID, err)
 		}
 		if *wait == 0 {
+			if *asJSON { // the state before the close fence: the workflow passes it next
+				return writeJSON(e.Stdout, statusOf(ctx, st, sub))
+			}
 			fmt.Fprintf(e.Stdout, "%s %s %s: unsubscribe requested (workflow %s)\n", sub.SourceName, sub.URI, sub.Principal, sub.WorkflowID)
 			return nil
 		}
-		sub, err = waitFor(ctx, st, *principal, src.Name, norm, *wait, func(s ledger.Subscription) bool { return s.State == ledger.StateClosed })
+		sub, err = waitFor(ctx, st, *principal, src.Name, norm, *wait, func(s ledger.Subscription) bool { return s.State == mcpsync.StateClosed })
 		if err != nil {
 			return err
 		}
@@ -204,25 +218,25 @@ func reasonSuffix(s ledger.Subscription) string {
 
 // statusJSON is one subscription as status reports it.
 type statusJSON struct {
-	Source              string     `json:"source"`
-	URI                 string     `json:"uri"`
-	ServerURI           string     `json:"serverUri"`
-	Principal           string     `json:"principal"`
-	State               string     `json:"state"`
-	Reason              string     `json:"reason,omitempty"`
-	WorkflowID          string     `json:"workflowId"`
-	Generation          int64      `json:"generation"`
-	SessionGeneration   int64      `json:"sessionGeneration"`
-	LastIssuedOrdinal   int64      `json:"lastIssuedOrdinal"`
-	LastAcceptedOrdinal int64      `json:"lastAcceptedOrdinal"`
-	CloseOrdinal        *int64     `json:"closeOrdinal,omitempty"`
-	CloseEpoch          int64      `json:"closeEpoch"`
-	Digest              string     `json:"digest,omitempty"`
-	MIMEType            string     `json:"mimeType,omitempty"`
-	Size                int64      `json:"size,omitempty"`
-	AcceptedAt          *time.Time `json:"acceptedAt,omitempty"`
-	VerifiedAt          *time.Time `json:"verifiedAt,omitempty"`
-	Deleted             bool       `json:"deleted,omitempty"`
+	Source              string        `json:"source"`
+	URI                 string        `json:"uri"`
+	ServerURI           string        `json:"serverUri"`
+	Principal           string        `json:"principal"`
+	State               mcpsync.State `json:"state"`
+	Reason              string        `json:"reason,omitempty"`
+	WorkflowID          string        `json:"workflowId"`
+	Generation          int64         `json:"generation"`
+	SessionGeneration   int64         `json:"sessionGeneration"`
+	LastIssuedOrdinal   int64         `json:"lastIssuedOrdinal"`
+	LastAcceptedOrdinal int64         `json:"lastAcceptedOrdinal"`
+	CloseOrdinal        *int64        `json:"closeOrdinal,omitempty"`
+	CloseEpoch          int64         `json:"closeEpoch"`
+	Digest              string        `json:"digest,omitempty"`
+	MIMEType            string        `json:"mimeType,omitempty"`
+	Size                int64         `json:"size,omitempty"`
+	AcceptedAt          *time.Time    `json:"acceptedAt,omitempty"`
+	VerifiedAt          *time.Time    `json:"verifiedAt,omitempty"`
+	Deleted             bool          `json:"deleted,omitempty"`
 	// Refresh is how the subscription learns of changes: "notify" (resources.subscribe plus a
 	// backstop re-read) or "poll" (jittered periodic reads, R11). StalenessBoundSeconds is the
 	// longest a change can go unseen while the session is live: one refresh period plus jitter.
@@ -232,16 +246,16 @@ type statusJSON struct {
 
 func statusOf(ctx context.Context, st *ledger.Store, s ledger.Subscription) statusJSON {
 	j := statusJSON{
-		Source: s.SourceName, URI: s.URI, ServerURI: s.ServerURI, Principal: s.Principal, State: string(s.State),
+		Source: s.SourceName, URI: s.URI, ServerURI: s.ServerURI, Principal: s.Principal, State: s.State,
 		Reason: s.StateReason, WorkflowID: s.WorkflowID, Generation: s.Generation, SessionGeneration: s.SessionGeneration,
 		LastIssuedOrdinal: s.LastIssuedOrdinal, LastAcceptedOrdinal: s.LastAcceptedOrdinal,
 		CloseOrdinal: s.CloseOrdinal, CloseEpoch: s.CloseEpoch, Digest: s.LastAcceptedDigest,
 		AcceptedAt: s.LastAcceptedAt, VerifiedAt: s.LastVerifiedAt,
 	}
 	if v, err := st.LatestVersion(ctx, s.ID); err == nil {
-		j.MIMEType, j.Size, j.Deleted = v.MIMEType, v.Size, v.Kind == "tombstone"
+		j.MIMEType, j.Size, j.Deleted = v.MIMEType, v.Size, v.Kind == outboxTombstone
 	}
-	if s.State == ledger.StateActive || s.State == ledger.StateTombstonePending {
+	if s.State == mcpsync.StateActive || s.State == mcpsync.StateTombstonePending {
 		if sess, err := st.CurrentSession(ctx, s.SourceID); err == nil && sess.Generation == s.SessionGeneration {
 			if src, err := st.SourceByID(ctx, s.SourceID); err == nil {
 				period := src.PollSeconds
@@ -261,27 +275,25 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	principal := fs.String("principal", "", "only this principal")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, 0, 2, usage)
+	pos, err := parse(fs, args, usage, "[SOURCE]", "[URI]")
 	if err != nil {
 		return err
+	}
+	f := ledger.SubscriptionFilter{Principal: *principal}
+	if len(pos) == 2 {
+		if f.URI, err = normalizeURI(pos[1]); err != nil {
+			return err
+		}
 	}
 	st, err := e.store(ctx)
 	if err != nil {
 		return err
 	}
-	f := ledger.SubscriptionFilter{Principal: *principal}
 	if len(pos) >= 1 {
 		if _, err := sourceNamed(ctx, st, pos[0]); err != nil {
 			return err
 		}
 		f.Source = pos[0]
-	}
-	if len(pos) == 2 {
-		norm, err := uri.Normalize(pos[1])
-		if err != nil {
-			return usageErr("%v", err)
-		}
-		f.URI = norm
 	}
 	subs, err := st.ListSubscriptions(ctx, f)
 	if err != nil {

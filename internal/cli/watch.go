@@ -14,6 +14,15 @@ func init() {
 	register(command{"watch", "[SOURCE] [--from-start] [--json]: print each accepted version (URI, ordinal, digest) as it is accepted, until interrupted", watch})
 }
 
+// Kinds of the ledger's outbox rows that watch prints. The ledger writes "version" with each
+// accepted version and "tombstone" with each confirmed deletion (R21); a tombstone version has
+// the kind "tombstone" too.
+const (
+	outboxVersion   = "version"
+	outboxTombstone = "tombstone"
+)
+
+// watchJSON is one accepted version or deletion as watch --json prints it.
 type watchJSON struct {
 	Time        time.Time `json:"time"`
 	Kind        string    `json:"kind"`
@@ -29,7 +38,7 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	fromStart := fs.Bool("from-start", false, "print versions accepted before the command started too")
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
-	pos, err := parse(fs, args, 0, 1, usage)
+	pos, err := parse(fs, args, usage, "[SOURCE]")
 	if err != nil {
 		return err
 	}
@@ -61,7 +70,7 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 		}
 		for _, r := range rows {
 			cur = r.Cursor
-			if r.Shadow || r.SourceID == nil || (only != 0 && *r.SourceID != only) || (r.Kind != "version" && r.Kind != "tombstone") {
+			if r.Shadow || r.SourceID == nil || (only != 0 && *r.SourceID != only) || (r.Kind != outboxVersion && r.Kind != outboxTombstone) {
 				continue
 			}
 			name := r.SourceName
@@ -77,7 +86,7 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 				continue
 			}
 			what := r.Digest
-			if r.Kind == "tombstone" {
+			if r.Kind == outboxTombstone {
 				what = "deleted"
 			}
 			fmt.Fprintf(e.Stdout, "%s  %s  %s  ordinal=%d  %s\n", r.CreatedAt.UTC().Format(time.RFC3339), name, r.URI, ord, what)

@@ -1,0 +1,350 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"go/ast"
+	"go/constant"
+	"go/parser"
+	"go/token"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcpsync/mcpsync/internal/cli"
+	"github.com/mcpsync/mcpsync/internal/config"
+)
+
+// closedAddr returns a loopback address nothing listens on: a command that dialled Temporal
+// or the ledger before rejecting its input would fail with ExitFailure there instead of
+// ExitUsage.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// run runs mcpsync with args against no stack.
+func run(t *testing.T, args ...string) (stdout, stderr string, code cli.ExitCode) {
+	t.Helper()
+	addr := closedAddr(t)
+	var out, errb bytes.Buffer
+	code = cli.Run(context.Background(), cli.Env{Stdout: &out, Stderr: &errb, Config: config.Env{
+		TemporalAddress: addr, Namespace: "default",
+		DatabaseURL: "postgres://mcpsync@" + addr + "/mcpsync?sslmode=disable&connect_timeout=2",
+	}}, args)
+	return out.String(), errb.String(), code
+}
+
+// usageOf returns the usage line of a command, as `mcpsync help COMMAND` prints it first.
+func usageOf(t *testing.T, name string) string {
+	t.Helper()
+	out, errOut, code := run(t, append([]string{"help"}, strings.Fields(name)...)...)
+	first, _, _ := strings.Cut(out, "\n")
+	usage, ok := strings.CutPrefix(first, "usage: ")
+	if code != cli.ExitOK || errOut != "" || !ok {
+		t.Fatalf("mcpsync help %s: exit %d, stdout %q, stderr %q", name, code, out, errOut)
+	}
+	return usage
+}
+
+// commandOf returns the registered command args run ("source add"), or "" if none.
+func commandOf(args []string) string {
+	names := cli.Commands()
+	if len(args) >= 2 && slices.Contains(names, args[0]+" "+args[1]) {
+		return args[0] + " " + args[1]
+	}
+	if len(args) >= 1 && slices.Contains(names, args[0]) {
+		return args[0]
+	}
+	return ""
+}
+
+// Every command rejects bad input with ExitUsage and exactly one line on stderr naming the
+// problem, without a stack: nothing is dialled before the input is validated.
+func TestBadInput(t *testing.T) {
+	tests := []struct {
+		args []string
+		// want is the whole stderr line; "{usage}" stands for "(usage: …)" of the command.
+		// With contains set, want need only appear in the line.
+		want     string
+		contains bool
+	}{
+		// The dispatcher.
+		{args: []string{}, want: "mcpsync: missing command (see mcpsync help)"},
+		{args: []string{"frobnicate"}, want: `mcpsync: unknown command "frobnicate" (see mcpsync help)`},
+		{args: []string{"source"}, want: "mcpsync source: missing subcommand (add, list; see mcpsync help)"},
+		{args: []string{"source", "--json"}, want: "mcpsync source: missing subcommand (add, list; see mcpsync help)"},
+		{args: []string{"source", "remove", "x"}, want: `mcpsync: unknown command "source remove" (see mcpsync help)`},
+		{args: []string{"outbox"}, want: "mcpsync outbox: missing subcommand (consumers, tail; see mcpsync help)"},
+		{args: []string{"help", "frobnicate"}, want: `mcpsync: unknown command "frobnicate" (see mcpsync help)`},
+
+		// source add
+		{args: []string{"source", "add"}, want: "mcpsync source add: missing NAME {usage}"},
+		{args: []string{"source", "add", "a", "b", "--stdio", "x"}, want: `mcpsync source add: unexpected argument "b" {usage}`},
+		{args: []string{"source", "add", "a", "--bogus"}, want: "mcpsync source add: flag provided but not defined: -bogus {usage}"},
+		{args: []string{"source", "add", "a"}, want: `mcpsync source add: give --stdio "CMD ARGS" or --url URL {usage}`},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--url", "http://h"}, want: "mcpsync source add: give either --stdio or --url, not both"},
+		{args: []string{"source", "add", "a", "--stdio", ""}, want: "mcpsync source add: --stdio must not be empty"},
+		{args: []string{"source", "add", "a", "--stdio", "   "}, want: "mcpsync source add: --stdio: empty command"},
+		{args: []string{"source", "add", "a", "--stdio", "'unterminated"}, want: `mcpsync source add: --stdio: unterminated single quote in "'unterminated"`},
+		{args: []string{"source", "add", "a", "--url", ""}, want: "mcpsync source add: --url must not be empty"},
+		{args: []string{"source", "add", "a", "--url", "ftp://h"}, want: `mcpsync source add: --url "ftp://h" is not an http:// or https:// URL with a host`},
+		{args: []string{"source", "add", "a", "--url", "http://"}, want: `mcpsync source add: --url "http://" is not an http:// or https:// URL with a host`},
+		{args: []string{"source", "add", "a", "--url", "http://[::1"}, want: `mcpsync source add: --url "http://[::1" is not an http:// or https:// URL with a host`},
+		{args: []string{"source", "add", "a b", "--stdio", "x"}, want: `mcpsync source add: source name "a b" must be non-empty without spaces or '/'`},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--backstop", "1500ms"}, want: "mcpsync source add: --backstop must be a whole number of seconds, at least 1s, got 1.5s"},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--backstop", "-1s"}, want: "mcpsync source add: --backstop must be a whole number of seconds, at least 1s, got -1s"},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--poll", "0s"}, want: "mcpsync source add: --poll must be a whole number of seconds, at least 1s, got 0s"},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--backstop", "soon"}, want: `mcpsync source add: invalid value "soon" for flag -backstop: parse error {usage}`},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--json=yes"}, want: `mcpsync source add: invalid boolean value "yes" for -json: parse error {usage}`},
+
+		// source list
+		{args: []string{"source", "list", "extra"}, want: `mcpsync source list: unexpected argument "extra" {usage}`},
+		{args: []string{"source", "list", "--json", "true"}, want: `mcpsync source list: unexpected argument "true" {usage}`},
+		{args: []string{"source", "list", "--bogus"}, want: "mcpsync source list: flag provided but not defined: -bogus {usage}"},
+
+		// subscribe
+		{args: []string{"subscribe"}, want: "mcpsync subscribe: missing SOURCE URI {usage}"},
+		{args: []string{"subscribe", "demo"}, want: "mcpsync subscribe: missing URI {usage}"},
+		{args: []string{"subscribe", "demo", "demo://x", "more"}, want: `mcpsync subscribe: unexpected argument "more" {usage}`},
+		{args: []string{"subscribe", "demo", "demo://x", "--bogus"}, want: "mcpsync subscribe: flag provided but not defined: -bogus {usage}"},
+		{args: []string{"subscribe", "demo", "demo://x", "--wait", "-1s"}, want: "mcpsync subscribe: --wait must not be negative, got -1s"},
+		{args: []string{"subscribe", "demo", "demo://x", "--wait", "abc"}, want: `mcpsync subscribe: invalid value "abc" for flag -wait: parse error {usage}`},
+		{args: []string{"subscribe", "demo", "demo://x", "--principal", ""}, want: "mcpsync subscribe: --principal must not be empty"},
+		{args: []string{"subscribe", "demo", "not a uri"}, want: `mcpsync subscribe: uri "not a uri": `, contains: true},
+		{args: []string{"subscribe", "demo", ""}, want: `mcpsync subscribe: uri "": `, contains: true},
+		{args: []string{"subscribe", "demo", "demo://x/%zz"}, want: `mcpsync subscribe: uri "demo://x/%zz": `, contains: true},
+		{args: []string{"subscribe", "demo", "demo://x", "--json=1x"}, want: `mcpsync subscribe: invalid boolean value "1x" for -json: parse error {usage}`},
+
+		// unsubscribe
+		{args: []string{"unsubscribe", "demo"}, want: "mcpsync unsubscribe: missing URI {usage}"},
+		{args: []string{"unsubscribe", "demo", "demo://x", "extra"}, want: `mcpsync unsubscribe: unexpected argument "extra" {usage}`},
+		{args: []string{"unsubscribe", "demo", "demo://x", "--wait", "-5ms"}, want: "mcpsync unsubscribe: --wait must not be negative, got -5ms"},
+		{args: []string{"unsubscribe", "demo", "demo://x", "--principal", " "}, want: "mcpsync unsubscribe: --principal must not be empty"},
+		{args: []string{"unsubscribe", "demo", "no-scheme"}, want: `mcpsync unsubscribe: uri "no-scheme": `, contains: true},
+
+		// status
+		{args: []string{"status", "demo", "demo://x", "extra"}, want: `mcpsync status: unexpected argument "extra" {usage}`},
+		{args: []string{"status", "demo", "not a uri"}, want: `mcpsync status: uri "not a uri": `, contains: true},
+		{args: []string{"status", "--bogus"}, want: "mcpsync status: flag provided but not defined: -bogus {usage}"},
+
+		// get
+		{args: []string{"get", "demo"}, want: "mcpsync get: missing URI {usage}"},
+		{args: []string{"get", "demo", "demo://x", "extra"}, want: `mcpsync get: unexpected argument "extra" {usage}`},
+		{args: []string{"get", "demo", "demo://x", "--principal", ""}, want: "mcpsync get: --principal must not be empty"},
+		{args: []string{"get", "demo", ""}, want: `mcpsync get: uri "": `, contains: true},
+		{args: []string{"get", "demo", "demo://x", "--json=yes"}, want: `mcpsync get: invalid boolean value "yes" for -json: parse error {usage}`},
+
+		// grant, grants
+		{args: []string{"grant", "alice"}, want: "mcpsync grant: missing SOURCE {usage}"},
+		{args: []string{"grant", "alice", "demo", "extra"}, want: `mcpsync grant: unexpected argument "extra" {usage}`},
+		{args: []string{"grant", "", "demo"}, want: "mcpsync grant: PRINCIPAL must not be empty"},
+		{args: []string{"grant", "alice", "demo", "--bogus"}, want: "mcpsync grant: flag provided but not defined: -bogus {usage}"},
+		{args: []string{"grants", "alice", "bob"}, want: `mcpsync grants: unexpected argument "bob" {usage}`},
+		{args: []string{"grants", "--bogus"}, want: "mcpsync grants: flag provided but not defined: -bogus {usage}"},
+
+		// revoke, revocation
+		{args: []string{"revoke"}, want: "mcpsync revoke: missing PRINCIPAL {usage}"},
+		{args: []string{"revoke", "alice", "demo", "extra"}, want: `mcpsync revoke: unexpected argument "extra" {usage}`},
+		{args: []string{"revoke", " ", "demo"}, want: "mcpsync revoke: PRINCIPAL must not be empty"},
+		{args: []string{"revoke", "alice", "--wait", "-1s"}, want: "mcpsync revoke: --wait must not be negative, got -1s"},
+		{args: []string{"revoke", "alice", "--wait", "abc"}, want: `mcpsync revoke: invalid value "abc" for flag -wait: parse error {usage}`},
+		{args: []string{"revocation"}, want: "mcpsync revocation: missing ID {usage}"},
+		{args: []string{"revocation", "x"}, want: `mcpsync revocation: revocation ID "x" is not a number above 0 {usage}`},
+		{args: []string{"revocation", "0"}, want: `mcpsync revocation: revocation ID "0" is not a number above 0 {usage}`},
+		{args: []string{"revocation", "1", "2"}, want: `mcpsync revocation: unexpected argument "2" {usage}`},
+
+		// lineage
+		{args: []string{"lineage", "extra"}, want: `mcpsync lineage: unexpected argument "extra" {usage}`},
+		{args: []string{"lineage", "--revocation", "-1"}, want: "mcpsync lineage: --revocation must be a revocation ID above 0, got -1"},
+		{args: []string{"lineage", "--revocation", "x"}, want: `mcpsync lineage: invalid value "x" for flag -revocation: parse error {usage}`},
+		{args: []string{"lineage", "--live", "--revocation", "3"}, want: "mcpsync lineage: --live and --revocation exclude each other: a revocation's entries are not live"},
+
+		// outbox tail, outbox consumers
+		{args: []string{"outbox", "tail"}, want: "mcpsync outbox tail: --consumer NAME is required {usage}"},
+		{args: []string{"outbox", "tail", "--consumer", "c", "extra"}, want: `mcpsync outbox tail: unexpected argument "extra" {usage}`},
+		{args: []string{"outbox", "tail", "--consumer", "c", "--batch", "0"}, want: "mcpsync outbox tail: --batch must be positive, got 0"},
+		{args: []string{"outbox", "tail", "--consumer", "c", "--limit", "-1"}, want: "mcpsync outbox tail: --limit must not be negative, got -1"},
+		{args: []string{"outbox", "tail", "--consumer", "c", "--poll", "1s"}, want: "mcpsync outbox tail: --poll applies only with --follow"},
+		{args: []string{"outbox", "tail", "--consumer", "c", "--follow", "--poll", "0s"}, want: "mcpsync outbox tail: --poll must be positive, got 0s"},
+		{args: []string{"outbox", "tail", "--consumer", "c", "--follow", "--poll", "-1s"}, want: "mcpsync outbox tail: --poll must be positive, got -1s"},
+		{args: []string{"outbox", "tail", "--consumer", "c", "--follow", "--poll", "soon"}, want: `mcpsync outbox tail: invalid value "soon" for flag -poll: parse error {usage}`},
+		{args: []string{"outbox", "consumers", "extra"}, want: `mcpsync outbox consumers: unexpected argument "extra" {usage}`},
+		{args: []string{"outbox", "consumers", "--json=maybe"}, want: `mcpsync outbox consumers: invalid boolean value "maybe" for -json: parse error {usage}`},
+
+		// reconcile
+		{args: []string{"reconcile"}, want: "mcpsync reconcile: missing SOURCE {usage}"},
+		{args: []string{"reconcile", "demo", "demo://x", "extra"}, want: `mcpsync reconcile: unexpected argument "extra" {usage}`},
+		{args: []string{"reconcile", "demo", "not a uri"}, want: `mcpsync reconcile: uri "not a uri": `, contains: true},
+
+		// rollout
+		{args: []string{"rollout"}, want: "mcpsync rollout: missing ACTION {usage}"},
+		{args: []string{"rollout", "sideways"}, want: `mcpsync rollout: unknown rollout action "sideways": want status, shadow, live or rollback {usage}`},
+		{args: []string{"rollout", "live", "now"}, want: `mcpsync rollout: unexpected argument "now" {usage}`},
+		{args: []string{"rollout", "live", "--percent", "101"}, want: `mcpsync rollout: --percent must be a whole number from 0 to 100, got "101"`},
+		{args: []string{"rollout", "live", "--percent", "5.5"}, want: `mcpsync rollout: --percent must be a whole number from 0 to 100, got "5.5"`},
+		{args: []string{"rollout", "shadow", "--percent", "50"}, want: "mcpsync rollout: --percent applies only to rollout live"},
+		{args: []string{"rollout", "status", "--reason", "why"}, want: "mcpsync rollout: --reason applies only to a change (shadow, live, rollback), not to status"},
+
+		// scan
+		{args: []string{"scan"}, want: "mcpsync scan: missing SOURCE {usage}"},
+		{args: []string{"scan", "demo", "extra"}, want: `mcpsync scan: unexpected argument "extra" {usage}`},
+		{args: []string{"scan", "demo", "--timeout", "1m"}, want: "mcpsync scan: --timeout applies only with --wait"},
+		{args: []string{"scan", "demo", "--wait", "--timeout", "0s"}, want: "mcpsync scan: --timeout must be positive, got 0s"},
+		{args: []string{"scan", "demo", "--wait", "--timeout", "-1m"}, want: "mcpsync scan: --timeout must be positive, got -1m0s"},
+		{args: []string{"scan", "demo", "--wait=sure"}, want: `mcpsync scan: invalid boolean value "sure" for -wait: parse error {usage}`},
+
+		// catalog
+		{args: []string{"catalog"}, want: "mcpsync catalog: missing SOURCE {usage}"},
+		{args: []string{"catalog", "demo", "extra"}, want: `mcpsync catalog: unexpected argument "extra" {usage}`},
+		{args: []string{"catalog", "demo", "--purpose", "audit"}, want: `mcpsync catalog: --purpose must be display or integrity, not "audit"`},
+		{args: []string{"catalog", "demo", "--consumer", ""}, want: "mcpsync catalog: --consumer must not be empty"},
+
+		// watch
+		{args: []string{"watch", "demo", "extra"}, want: `mcpsync watch: unexpected argument "extra" {usage}`},
+		{args: []string{"watch", "--bogus"}, want: "mcpsync watch: flag provided but not defined: -bogus {usage}"},
+		{args: []string{"watch", "--from-start=maybe"}, want: `mcpsync watch: invalid boolean value "maybe" for -from-start: parse error {usage}`},
+
+		// gate (checked before mcpsync-gate starts a whole deployment)
+		{args: []string{"gate", "extra"}, want: `mcpsync gate: unexpected argument "extra" {usage}`},
+		{args: []string{"gate", "--bogus"}, want: "mcpsync gate: flag provided but not defined: -bogus {usage}"},
+		{args: []string{"gate", "--shuffles", "-1"}, want: "mcpsync gate: --shuffles must not be negative, got -1"},
+		{args: []string{"gate", "--resources", "0"}, want: "mcpsync gate: --resources must be positive, got 0"},
+		{args: []string{"gate", "--json=yes"}, want: `mcpsync gate: invalid boolean value "yes" for -json: parse error {usage}`},
+	}
+	covered := map[string]int{}
+	for _, tt := range tests {
+		name := commandOf(tt.args)
+		covered[name]++
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			want := tt.want
+			if strings.Contains(want, "{usage}") {
+				want = strings.ReplaceAll(want, "{usage}", "(usage: "+usageOf(t, name)+")")
+			}
+			_, errOut, code := run(t, tt.args...)
+			if code != cli.ExitUsage {
+				t.Errorf("exit %d, want %d (stderr %q)", code, cli.ExitUsage, errOut)
+			}
+			line, ok := strings.CutSuffix(errOut, "\n")
+			if !ok || strings.Contains(line, "\n") {
+				t.Errorf("stderr %q is not exactly one line", errOut)
+			}
+			if tt.contains {
+				if !strings.HasPrefix(line, want) {
+					t.Errorf("stderr %q does not start with %q", line, want)
+				}
+				return
+			}
+			if diff := cmp.Diff(want, line); diff != "" {
+				t.Errorf("stderr (-want +got):\n%s", diff)
+			}
+		})
+	}
+	for _, name := range cli.Commands() {
+		if covered[name] == 0 {
+			t.Errorf("command %q has no bad-input row: add one", name)
+		}
+	}
+	t.Logf("%d rows over %d commands", len(tests), len(cli.Commands()))
+}
+
+// Every command prints its usage and flags on stdout for --help and exits ExitOK, without a
+// stack; `mcpsync help COMMAND` does the same.
+func TestHelp(t *testing.T) {
+	for _, name := range cli.Commands() {
+		for _, args := range [][]string{append(strings.Fields(name), "--help"), append([]string{"help"}, strings.Fields(name)...)} {
+			out, errOut, code := run(t, args...)
+			if code != cli.ExitOK || errOut != "" || !strings.HasPrefix(out, "usage: mcpsync "+name) {
+				t.Errorf("mcpsync %s: exit %d, stdout %q, stderr %q; want exit 0 and the usage on stdout", strings.Join(args, " "), code, out, errOut)
+			}
+		}
+	}
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}, {"help", "source"}, {"source", "--help"}, {"outbox", "-h"}} {
+		out, errOut, code := run(t, args...)
+		if code != cli.ExitOK || errOut != "" {
+			t.Errorf("mcpsync %s: exit %d, stderr %q; want exit 0", strings.Join(args, " "), code, errOut)
+		}
+		for _, name := range cli.Commands() {
+			if !strings.Contains(out, "  "+name+"  ") {
+				t.Errorf("mcpsync %s does not list %q:\n%s", strings.Join(args, " "), name, out)
+			}
+		}
+	}
+}
+
+// The exit-code table names each constant with its value (as exit.go declares them), and
+// README.md's "Exit codes" table is the same table.
+func TestExitCodeTable(t *testing.T) {
+	type row struct {
+		Code cli.ExitCode
+		Name string
+	}
+	var table []row
+	for _, r := range cli.ExitCodeTable() {
+		table = append(table, row{r.Code, r.Name})
+	}
+
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "exit.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var declared []row
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "ExitCode" || len(vs.Values) != 1 {
+				continue
+			}
+			lit, ok := vs.Values[0].(*ast.BasicLit)
+			if !ok {
+				t.Fatalf("%s: exit code %s is not a literal", fset.Position(vs.Pos()), vs.Names[0])
+			}
+			v, _ := constant.Int64Val(constant.MakeFromLiteral(lit.Value, lit.Kind, 0))
+			declared = append(declared, row{cli.ExitCode(v), vs.Names[0].Name})
+		}
+	}
+	if diff := cmp.Diff(declared, table); diff != "" {
+		t.Errorf("exit-code table against exit.go's constants (-declared +table):\n%s", diff)
+	}
+
+	readme, err := os.Open("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readme.Close()
+	re := regexp.MustCompile("^\\| *(\\d+) *\\| *`(Exit\\w+)` *\\|")
+	var documented []row
+	sc := bufio.NewScanner(readme)
+	for sc.Scan() {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			documented = append(documented, row{cli.ExitCode(n), m[2]})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(table, documented); diff != "" {
+		t.Errorf("README.md exit codes against the code's table (-code +README):\n%s", diff)
+	}
+}

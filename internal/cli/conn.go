@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+
+	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+)
+
+// runEnv carries lazily opened connections. A command validates all of its input before it
+// calls store or temporal, so that bad input is an ExitUsage whether or not a stack runs.
+type runEnv struct {
+	Env
+	pool       *pgxpool.Pool
+	ownsClient bool
+}
+
+// store opens the ledger (once) and checks its schema is the one this build speaks.
+func (e *runEnv) store(ctx context.Context) (*ledger.Store, error) {
+	if e.Store != nil {
+		return e.Store, nil
+	}
+	pool, err := pgxpool.New(ctx, e.Config.DatabaseURL)
+	if err != nil {
+		return nil, usageErr("DATABASE_URL %q: %v", e.Config.DatabaseURL, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ledger database unreachable (%v); is mcpsync-dev running? (make run) or set DATABASE_URL", err)
+	}
+	// The schema must be exactly the one this build speaks: mcpsync-worker applies migrations
+	// at start, and a CLI racing it (or older or newer than it) must not half-work.
+	have, err := dbschema.Version(ctx, pool)
+	if err == nil {
+		var want int
+		if want, err = dbschema.Latest(); err == nil && have != want {
+			switch {
+			case have == 0:
+				err = fmt.Errorf("ledger database has no mcpsync schema; start mcpsync-worker once to apply migrations")
+			case have < want:
+				err = fmt.Errorf("ledger schema is at version %d, this mcpsync needs %d; start mcpsync-worker to apply migrations", have, want)
+			default:
+				err = fmt.Errorf("ledger schema is at version %d, newer than this mcpsync (%d); upgrade mcpsync", have, want)
+			}
+		}
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	e.pool = pool
+	e.Store = ledger.New(pool)
+	return e.Store, nil
+}
+
+// temporal dials Temporal (once).
+func (e *runEnv) temporal(ctx context.Context) (client.Client, error) {
+	if e.Temporal != nil {
+		return e.Temporal, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := client.DialContext(dctx, client.Options{
+		HostPort: e.Config.TemporalAddress, Namespace: e.Config.Namespace, Logger: quietLogger{},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("temporal at %s unreachable (%v); is mcpsync-dev running? (make run) or set TEMPORAL_ADDRESS", e.Config.TemporalAddress, err)
+	}
+	e.Temporal, e.ownsClient = c, true
+	return c, nil
+}
+
+// close closes what store and temporal opened.
+func (e *runEnv) close() {
+	if e.ownsClient {
+		e.Temporal.Close()
+	}
+	if e.pool != nil {
+		e.pool.Close()
+	}
+}
+
+// sourceNamed returns the source called name, or a not-found error (exit 3) that says how to
+// list the sources.
+func sourceNamed(ctx context.Context, st *ledger.Store, name string) (ledger.Source, error) {
+	src, err := st.SourceByName(ctx, name)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return ledger.Source{}, notFoundErr("unknown source %q (see mcpsync source list)", name)
+	}
+	return src, err
+}
+
+// quietLogger silences the Temporal client's own logging in the CLI.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}

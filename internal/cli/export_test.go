@@ -1,0 +1,19 @@
+package cli
+
+import "sort"
+
+// Commands returns the names of the registered commands ("source add" for a group's), sorted.
+func Commands() []string {
+	names := make([]string, 0, len(commands))
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ExitCodeRow is one row of the exit-code table.
+type ExitCodeRow = exitCodeRow
+
+// ExitCodeTable returns the exit-code table `mcpsync help` prints.
+func ExitCodeTable() []ExitCodeRow { return append([]ExitCodeRow(nil), exitCodes...) }
