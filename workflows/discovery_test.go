@@ -16,10 +16,11 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/activities"
 	"github.com/mcpsync/mcpsync/internal/contract"
-	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/workflows"
 )
 
@@ -108,7 +109,7 @@ func newDiscoveryHarness(t *testing.T, snapshot bool) *discoveryHarness {
 	if _, err := st.ClaimSources(ctx, hostQueue, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.OpenSession(ctx, src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, SnapshotIDs: snapshot}); err != nil {
+	if _, _, err := st.OpenSession(ctx, src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, SnapshotIDs: snapshot}); err != nil {
 		t.Fatal(err)
 	}
 	var ts testsuite.WorkflowTestSuite
@@ -173,7 +174,7 @@ func TestDiscoveryScanWorkflowLevels(t *testing.T) {
 			name: "cursor cycles in every round: RECONCILIATION_REQUIRED",
 			plays: []scripted{{failed: contract.RoundCursorCycle}, {failed: contract.RoundCursorCycle}, {failed: contract.RoundCursorCycle},
 				{failed: contract.RoundCursorCycle}, {failed: contract.RoundCursorCycle}, {failed: contract.RoundCursorCycle}},
-			wantLevel: contract.ProofReconciliationRequired, wantRounds: 6, wantReason: "CURSOR_CYCLE",
+			wantLevel: contract.ProofReconciliationRequired, wantRounds: 6, wantReason: contract.RoundCursorCycle,
 		},
 	}
 	for _, tt := range tests {
@@ -391,12 +392,12 @@ func TestReconciliationScanConfirmsTombstone(t *testing.T) {
 	tests := []struct {
 		name    string
 		uris    []string
-		outcome string
-		refusal string
-		state   ledger.State
+		outcome mcpsync.Outcome
+		refusal mcpsync.TombstoneRefusal
+		state   mcpsync.State
 	}{
-		{"deleted", []string{"demo://other"}, string(ledger.Transitioned), "", ledger.StateUnsubscribing},
-		{"present again", []string{"demo://other", gone}, string(ledger.Refused), string(ledger.TombstoneResourcePresent), ledger.StateTombstonePending},
+		{"deleted", []string{"demo://other"}, mcpsync.OutcomeTransitioned, "", mcpsync.StateUnsubscribing},
+		{"present again", []string{"demo://other", gone}, mcpsync.OutcomeRefused, mcpsync.TombstoneResourcePresent, mcpsync.StateTombstonePending},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -414,12 +415,12 @@ func TestReconciliationScanConfirmsTombstone(t *testing.T) {
 				}
 			}
 			d, err := h.st.AllocateReadOrdinal(h.ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
-				SessionGeneration: 1, URI: gone, RequestID: "r1", Reason: ledger.ReasonNotification})
+				SessionGeneration: 1, URI: gone, RequestID: "r1", Reason: mcpsync.ReasonNotification})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if o, err := h.st.RecordNotFound(h.ctx, ledger.NotFoundRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
-				SessionGeneration: 1, URI: gone, Ordinal: d.Ordinal, RequestID: "r1"}); err != nil || o != ledger.TombstonePending {
+				SessionGeneration: 1, URI: gone, Ordinal: d.Ordinal, RequestID: "r1"}); err != nil || o != mcpsync.OutcomeTombstonePending {
 				t.Fatalf("not found: %s %v", o, err)
 			}
 			f := &fakeRounds{store: h.st, plays: []scripted{{set: "S", uris: tt.uris}, {set: "S", uris: tt.uris}}}
@@ -439,8 +440,8 @@ func TestReconciliationScanConfirmsTombstone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := []string{out.Outcome, out.Refusal, string(after.State)}
-			if diff := cmp.Diff([]string{tt.outcome, tt.refusal, string(tt.state)}, got); diff != "" {
+			got := []string{string(out.Outcome), string(out.Refusal), string(after.State)}
+			if diff := cmp.Diff([]string{string(tt.outcome), string(tt.refusal), string(tt.state)}, got); diff != "" {
 				t.Errorf("outcome, refusal, state (-want +got):\n%s", diff)
 			}
 			if want := contract.ReconcileScanWorkflowID(contract.ReconcileScanRequest{Source: "demo", SubscriptionID: sub.ID,

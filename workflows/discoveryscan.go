@@ -130,7 +130,11 @@ func (s *scan) round(n int) contract.RoundResult {
 		kind = contract.RoundHostUnreachable
 	}
 	var ok bool
-	_ = ledgerLocal(s.ctx, contract.ActAbandonScan, contract.AbandonInput{ScanKey: key, Reason: kind + ": " + rootMessage(err)}, &ok)
+	if aerr := ledgerLocal(s.ctx, contract.ActAbandonScan, contract.AbandonInput{ScanKey: key, Reason: kind + ": " + rootMessage(err)}, &ok); aerr != nil {
+		// The round is failed here whatever the ledger says: its row only stays RUNNING, and
+		// a RUNNING round never proves anything (R24).
+		workflow.GetLogger(s.ctx).Warn("abandoning the round in the ledger failed", "scanKey", key, "error", aerr)
+	}
 	return failed(sess.Generation, kind, rootMessage(err))
 }
 

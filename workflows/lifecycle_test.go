@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -15,7 +16,7 @@ import (
 // R11: a server without resources.subscribe is polled with jitter; no subscribe is sent.
 func TestPollingWithoutSubscribeCapability(t *testing.T) {
 	h := newHarness(t)
-	sess, _, err := h.st.OpenSession(h.ctx, h.src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true})
+	sess, _, err := h.st.OpenSession(h.ctx, h.src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,11 +33,11 @@ func TestPollingWithoutSubscribeCapability(t *testing.T) {
 		t.Errorf("subscribe/unsubscribe sent to a server without the capability: %d/%d", len(h.mcp.subscribes), len(h.mcp.unsubscribes))
 	}
 	reasons := h.dispatchReasons(h.sub().ID)
-	if len(reasons) < 8 || len(reasons) > 13 || reasons[0] != "initial" {
+	if len(reasons) < 8 || len(reasons) > 13 || reasons[0] != mcpsync.ReasonInitial {
 		t.Fatalf("reads %v: want initial then a poll about every 48-72s for 10 minutes", reasons)
 	}
 	for _, r := range reasons[1:] {
-		if r != "poll" {
+		if r != mcpsync.ReasonPoll {
 			t.Errorf("read reason %q, want poll", r)
 		}
 	}
@@ -111,7 +112,7 @@ func TestContinueAsNewLosesNoSignal(t *testing.T) {
 		if v.Counters.Notifications != total {
 			t.Errorf("notifications counted %d, want %d", v.Counters.Notifications, total)
 		}
-		if v.State != "CLOSED" {
+		if v.State != mcpsync.StateClosed {
 			t.Errorf("final state %s", v.State)
 		}
 		break

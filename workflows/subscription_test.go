@@ -12,10 +12,11 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/activities"
 	"github.com/mcpsync/mcpsync/internal/contract"
-	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/workflows"
 )
 
@@ -110,7 +111,7 @@ func newHarness(t *testing.T) *harness {
 	if _, err := st.ClaimSources(ctx, hostQueue, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	sess, _, err := st.OpenSession(ctx, src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true})
+	sess, _, err := st.OpenSession(ctx, src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, Subscribe: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,29 +186,29 @@ func (h *harness) versionDigests(subID int64) []string {
 	return out
 }
 
-func (h *harness) receiptKinds(subID int64) map[string]int {
+func (h *harness) receiptKinds(subID int64) map[mcpsync.ReceiptKind]int {
 	h.t.Helper()
 	rs, err := h.st.Receipts(h.ctx, subID)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	out := map[string]int{}
+	out := map[mcpsync.ReceiptKind]int{}
 	for _, r := range rs {
 		out[r.Kind]++
 	}
 	return out
 }
 
-func (h *harness) dispatchReasons(subID int64) []string {
+func (h *harness) dispatchReasons(subID int64) []mcpsync.ReadReason {
 	h.t.Helper()
 	rows, err := h.st.Pool().Query(h.ctx, `SELECT reason FROM read_dispatches WHERE subscription_id = $1 ORDER BY ordinal`, subID)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []string
+	var out []mcpsync.ReadReason
 	for rows.Next() {
-		var r string
+		var r mcpsync.ReadReason
 		if err := rows.Scan(&r); err != nil {
 			h.t.Fatal(err)
 		}
@@ -226,7 +227,7 @@ func TestSubscriptionHappyPath(t *testing.T) {
 	})
 	h.at(2*time.Minute, func() { h.signal(contract.SignalUnsubscribe, contract.Unsubscribe{ID: "u1"}) })
 	v := h.run()
-	if v.State != "CLOSED" {
+	if v.State != mcpsync.StateClosed {
 		t.Errorf("final state %s, want CLOSED", v.State)
 	}
 	sub := h.sub()
@@ -234,10 +235,10 @@ func TestSubscriptionHappyPath(t *testing.T) {
 	if diff := cmp.Diff(want, h.versionDigests(sub.ID)); diff != "" {
 		t.Errorf("accepted digests (-want +got):\n%s", diff)
 	}
-	if sub.State != ledger.StateClosed || sub.LastAcceptedOrdinal != 2 || *sub.CloseOrdinal != 2 {
+	if sub.State != mcpsync.StateClosed || sub.LastAcceptedOrdinal != 2 || *sub.CloseOrdinal != 2 {
 		t.Errorf("ledger: state %s watermark %d close ordinal %v", sub.State, sub.LastAcceptedOrdinal, *sub.CloseOrdinal)
 	}
-	if diff := cmp.Diff([]string{"initial", "notification"}, h.dispatchReasons(sub.ID)); diff != "" {
+	if diff := cmp.Diff([]mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification}, h.dispatchReasons(sub.ID)); diff != "" {
 		t.Errorf("read reasons (-want +got):\n%s", diff)
 	}
 	if len(h.mcp.subscribes) != 1 || len(h.mcp.unsubscribes) != 1 {
@@ -264,7 +265,7 @@ func TestPulsesDuringReadCoalesce(t *testing.T) {
 		t.Errorf("notifications counted %d, want 100", v.Counters.Notifications)
 	}
 	got := h.dispatchReasons(h.sub().ID)
-	if diff := cmp.Diff([]string{"initial", "notification", "notification"}, got); diff != "" {
+	if diff := cmp.Diff([]mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification, mcpsync.ReasonNotification}, got); diff != "" {
 		t.Errorf("reads (-want +got):\n%s", diff)
 	}
 }
@@ -277,11 +278,11 @@ func TestPulsesCoveredByReadAreNotReread(t *testing.T) {
 	tests := []struct {
 		name      string
 		arrivals  []time.Duration // relative to the read's send time
-		wantReads []string
+		wantReads []mcpsync.ReadReason
 		covered   int64
 	}{
-		{"100 duplicates before the read was sent", repeat(-time.Millisecond, 100), []string{"initial", "notification"}, 99},
-		{"one pulse after the read was sent", append(repeat(-time.Millisecond, 50), time.Millisecond), []string{"initial", "notification", "notification"}, 0},
+		{"100 duplicates before the read was sent", repeat(-time.Millisecond, 100), []mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification}, 99},
+		{"one pulse after the read was sent", append(repeat(-time.Millisecond, 50), time.Millisecond), []mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification, mcpsync.ReasonNotification}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,7 +326,7 @@ func TestCloseRacingAccept(t *testing.T) {
 	})
 	v := h.run()
 	sub := h.sub()
-	if v.State != "CLOSED" || sub.State != ledger.StateClosed {
+	if v.State != mcpsync.StateClosed || sub.State != mcpsync.StateClosed {
 		t.Fatalf("state %s / ledger %s, want CLOSED", v.State, sub.State)
 	}
 	if diff := cmp.Diff([]string{ledger.Digest([]byte("v1"))}, h.versionDigests(sub.ID)); diff != "" {
@@ -334,7 +335,7 @@ func TestCloseRacingAccept(t *testing.T) {
 	if *sub.CloseOrdinal != 2 || sub.LastIssuedOrdinal != 2 {
 		t.Errorf("close ordinal %d, last issued %d: the racing read (2) was dispatched before the fence", *sub.CloseOrdinal, sub.LastIssuedOrdinal)
 	}
-	if k := h.receiptKinds(sub.ID); k["STALE_AFTER_CLOSE"] != 1 || k["ACCEPTED"] != 1 {
+	if k := h.receiptKinds(sub.ID); k[mcpsync.ReceiptKind(mcpsync.OutcomeStaleAfterClose)] != 1 || k[mcpsync.ReceiptKind(mcpsync.OutcomeAccepted)] != 1 {
 		t.Errorf("receipts %v: want one ACCEPTED and one STALE_AFTER_CLOSE", k)
 	}
 }
@@ -351,7 +352,7 @@ func TestUnsubscribeAckLost(t *testing.T) {
 	})
 	v := h.run()
 	sub := h.sub()
-	if v.State != "CLOSED" || sub.State != ledger.StateClosed {
+	if v.State != mcpsync.StateClosed || sub.State != mcpsync.StateClosed {
 		t.Fatalf("state %s / ledger %s", v.State, sub.State)
 	}
 	if len(h.mcp.unsubscribes) != 2 {
@@ -362,7 +363,7 @@ func TestUnsubscribeAckLost(t *testing.T) {
 			t.Errorf("unsubscribe retried on generation %d, want the same session %d", c.SessionGeneration, h.sess.Generation)
 		}
 	}
-	if k := h.receiptKinds(sub.ID); k["UNSUBSCRIBE_UNKNOWN"] != 1 || k["CLOSED"] != 1 {
+	if k := h.receiptKinds(sub.ID); k[mcpsync.ReceiptUnsubscribeUnknown] != 1 || k[mcpsync.ReceiptClosed] != 1 {
 		t.Errorf("receipts %v", k)
 	}
 	if len(h.mcp.reads) != 1 {
@@ -377,7 +378,7 @@ func TestSessionChangeResubscribes(t *testing.T) {
 	var next ledger.Session
 	h.at(time.Minute, func() {
 		var err error
-		next, _, err = h.st.OpenSession(h.ctx, h.src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true})
+		next, _, err = h.st.OpenSession(h.ctx, h.src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, Subscribe: true})
 		if err != nil {
 			t.Error(err)
 		}
@@ -394,7 +395,7 @@ func TestSessionChangeResubscribes(t *testing.T) {
 	if sub.SessionGeneration != next.Generation {
 		t.Errorf("bound to session %d, want %d", sub.SessionGeneration, next.Generation)
 	}
-	if diff := cmp.Diff([]string{"initial", "session_change"}, h.dispatchReasons(sub.ID)); diff != "" {
+	if diff := cmp.Diff([]mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonSessionChange}, h.dispatchReasons(sub.ID)); diff != "" {
 		t.Errorf("reads (-want +got):\n%s", diff)
 	}
 	if len(h.mcp.subscribes) != 2 || h.mcp.subscribes[1].SessionGeneration != next.Generation {
@@ -415,7 +416,7 @@ func TestWaitsForSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.at(time.Minute, func() {
-		s, _, err := h.st.OpenSession(h.ctx, h.src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true})
+		s, _, err := h.st.OpenSession(h.ctx, h.src.ID, hostQueue, ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, Subscribe: true})
 		if err != nil {
 			t.Error(err)
 		}
@@ -444,13 +445,13 @@ func TestBackstopReads(t *testing.T) {
 	}
 	sub := h.sub()
 	reasons := h.dispatchReasons(sub.ID)
-	if len(reasons) < 4 || reasons[1] != "backstop" {
+	if len(reasons) < 4 || reasons[1] != mcpsync.ReasonBackstop {
 		t.Errorf("reads %v: want initial then backstop reads about every 60s", reasons)
 	}
 	if diff := cmp.Diff([]string{ledger.Digest([]byte("v1")), ledger.Digest([]byte("v2"))}, h.versionDigests(sub.ID)); diff != "" {
 		t.Errorf("versions (-want +got):\n%s", diff)
 	}
-	if k := h.receiptKinds(sub.ID); k["REVALIDATED"] != len(reasons)-2 {
+	if k := h.receiptKinds(sub.ID); k[mcpsync.ReceiptKind(mcpsync.OutcomeRevalidated)] != len(reasons)-2 {
 		t.Errorf("receipts %v for %d reads: unchanged backstop reads should revalidate", k, len(reasons))
 	}
 }

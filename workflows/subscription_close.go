@@ -1,0 +1,156 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/workflows/fsm"
+)
+
+// beginClose passes the close fence in the ledger (R18) and moves to UNSUBSCRIBING, or to
+// the further closing state the ledger answers with. A close fence that failed stays pending
+// and is tried again on the next turn.
+func (w *subscription) beginClose(reason string) {
+	if w.refreshCancel != nil {
+		w.refreshCancel()
+		w.refresh, w.refreshCancel = nil, nil
+	}
+	var tr contract.TransitionOutput
+	if err := w.local(contract.ActBeginUnsubscribe, w.transition(0, reason), &tr); err != nil {
+		w.st.Reason = reasonf(err, "close fence failed")
+		w.st.PendingUnsubscribe = reason // try again on the next turn
+		return
+	}
+	w.st.CloseEpoch = tr.CloseEpoch
+	w.st.Reason = reason
+	switch tr.State {
+	case mcpsync.StateClosed, mcpsync.StateUnsubscribeUnknown:
+		// The ledger's close is further along than this run knew (R20).
+		w.adopt(tr.State)
+	default:
+		if !w.apply(fsm.Unsubscribe) {
+			// The ledger passed the fence: the subscription is closing whatever the machine
+			// thought (R18).
+			w.adopt(mcpsync.StateUnsubscribing)
+		}
+	}
+}
+
+// unsubscribeOnServer sends the MCP unsubscribe on the session the subscription lives on. An
+// acknowledgement closes; a lost or timed-out one leads to UNSUBSCRIBE_UNKNOWN (R20).
+func (w *subscription) unsubscribeOnServer() {
+	if w.st.SessionGeneration == 0 || !w.st.CanSubscribe {
+		w.completeClose()
+		return
+	}
+	w.callUnsubscribe()
+}
+
+func (w *subscription) callUnsubscribe() {
+	w.st.UnsubscribeAttempts++
+	f := workflow.ExecuteActivity(w.hostCtx(UnsubscribeTimeout, 1), contract.ActMCPUnsubscribe, w.sessionCall())
+	w.await(f)
+	var out contract.UnsubscribeOutput
+	err := f.Get(w.ctx, &out)
+	switch {
+	case err == nil:
+		w.completeClose()
+	case isStaleSession(err) || isScheduleTimeout(err):
+		// The session (or the host holding it) is gone, and the server-side subscription
+		// with it: the ledger closes it when the session's end is recorded.
+		w.closeIfLedgerClosed(reasonf(nil, "session gone before the unsubscribe was acknowledged"))
+		if w.m.State() != mcpsync.StateClosed {
+			w.markUnknown(reasonf(err, "session unreachable"))
+		}
+	default:
+		w.markUnknown(reasonf(err, "unsubscribe acknowledgement lost"))
+	}
+}
+
+// markUnknown records a lost unsubscribe acknowledgement: UNSUBSCRIBE_UNKNOWN in the ledger
+// and the machine (R20), or CLOSED when the ledger already closed with the session. When the
+// ledger cannot be reached the machine still goes to UNSUBSCRIBE_UNKNOWN: the unsubscribe is
+// retried from there, and CompleteUnsubscribe closes from either closing state.
+func (w *subscription) markUnknown(reason string) {
+	if w.m.State() == mcpsync.StateUnsubscribeUnknown {
+		w.st.Reason = reason
+		return
+	}
+	var tr contract.TransitionOutput
+	err := w.local(contract.ActMarkUnsubscribeUnknown, w.transition(0, reason), &tr)
+	if err == nil && tr.State == mcpsync.StateClosed {
+		w.apply(fsm.SessionEnded)
+		return
+	}
+	w.apply(fsm.UnsubscribeLost)
+	w.st.Reason = reason
+	if err != nil {
+		w.st.Reason = reasonf(err, "%s; recording it failed", reason)
+	}
+}
+
+// retryUnsubscribe retries the unsubscribe on the same session; when that session ends the
+// ledger closes the subscription (R20). It never goes back to ACTIVE.
+func (w *subscription) retryUnsubscribe() {
+	w.sleep(backoff(w.st.UnsubscribeAttempts, 2*time.Second, UnsubscribeRetryMax))
+	w.applyPending()
+	if w.m.State() != mcpsync.StateUnsubscribeUnknown {
+		return
+	}
+	w.closeIfLedgerClosed(reasonf(nil, "session ended"))
+	if w.m.State() == mcpsync.StateUnsubscribeUnknown {
+		w.callUnsubscribe()
+	}
+}
+
+func (w *subscription) completeClose() {
+	var tr contract.TransitionOutput
+	if err := w.local(contract.ActCompleteUnsubscribe, w.transition(0, ""), &tr); err != nil {
+		w.st.Reason = reasonf(err, "completing the close failed")
+		w.sleep(5 * time.Second)
+		return
+	}
+	if tr.State == mcpsync.StateClosed && !w.apply(fsm.UnsubscribeAcked) {
+		w.adopt(mcpsync.StateClosed) // the ledger closed: so does the machine (R20)
+	}
+}
+
+// closeIfLedgerClosed follows the ledger to CLOSED when it closed the subscription with its
+// session (R20); a failed look leaves the machine as it is, and the caller goes on closing.
+func (w *subscription) closeIfLedgerClosed(reason string) {
+	ref, err := w.ledgerState()
+	if err == nil && ref.State == mcpsync.StateClosed {
+		w.apply(fsm.SessionEnded)
+		w.st.Reason = reason
+	}
+}
+
+// finish ends a CLOSED subscription. Reads still in flight get up to LateReadWait to answer;
+// each answer goes to the acceptance point, which only records STALE_AFTER_CLOSE (R19).
+func (w *subscription) finish() {
+	if w.refreshCancel != nil {
+		w.refreshCancel()
+	}
+	w.upsertSearch()
+	if len(w.lateReads) == 0 {
+		return
+	}
+	ctx, cancel := workflow.WithCancel(w.ctx)
+	defer cancel()
+	timeout := workflow.NewTimer(ctx, LateReadWait)
+	for _, r := range w.lateReads {
+		sel := workflow.NewSelector(w.ctx)
+		sel.AddFuture(r.future, func(workflow.Future) {})
+		sel.AddFuture(timeout, func(workflow.Future) {})
+		sel.Select(w.ctx)
+		if !r.future.IsReady() {
+			w.log.Warn("late read did not answer before the workflow ended", "ordinal", r.ordinal)
+			continue
+		}
+		w.settleRead(r.future, r.ordinal, r.reqID)
+	}
+	w.lateReads = nil
+}

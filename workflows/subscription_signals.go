@@ -1,0 +1,242 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/workflows/fsm"
+)
+
+// Kinds of close request, the first words of the close reason.
+const (
+	closeUnsubscribed = "unsubscribed"
+	closeRevoked      = "revoked"
+)
+
+// pulsesDuringRead summarizes the notifications received while a read was in flight.
+type pulsesDuringRead struct {
+	pulses  int64
+	latest  time.Time // newest host arrival time among them
+	untimed bool      // one of them has no comparable arrival time
+}
+
+func (w *subscription) addSignals(sel workflow.Selector) {
+	sel.AddReceive(w.updateCh, func(c workflow.ReceiveChannel, _ bool) {
+		var u contract.ResourceUpdated
+		c.Receive(w.ctx, &u)
+		w.onUpdate(u)
+	})
+	sel.AddReceive(w.unsubCh, func(c workflow.ReceiveChannel, _ bool) {
+		var u contract.Unsubscribe
+		c.Receive(w.ctx, &u)
+		w.onUnsubscribe(u, closeUnsubscribed)
+	})
+	sel.AddReceive(w.revokeCh, func(c workflow.ReceiveChannel, _ bool) {
+		var u contract.Unsubscribe
+		c.Receive(w.ctx, &u)
+		w.onUnsubscribe(u, closeRevoked)
+	})
+	sel.AddReceive(w.sessionCh, func(c workflow.ReceiveChannel, _ bool) {
+		var s contract.SessionChanged
+		c.Receive(w.ctx, &s)
+		w.onSessionChanged(s)
+	})
+	sel.AddReceive(w.reconcileCh, func(c workflow.ReceiveChannel, _ bool) {
+		var r contract.Reconcile
+		c.Receive(w.ctx, &r)
+		w.st.PendingReconcile = true
+	})
+}
+
+// drainSignals records every signal already delivered, without blocking.
+func (w *subscription) drainSignals() {
+	for more := true; more; {
+		more = false
+		var u contract.ResourceUpdated
+		for w.updateCh.ReceiveAsync(&u) {
+			w.onUpdate(u)
+			more = true
+		}
+		var un contract.Unsubscribe
+		for w.unsubCh.ReceiveAsync(&un) {
+			w.onUnsubscribe(un, closeUnsubscribed)
+			more = true
+		}
+		for w.revokeCh.ReceiveAsync(&un) {
+			w.onUnsubscribe(un, closeRevoked)
+			more = true
+		}
+		var sc contract.SessionChanged
+		for w.sessionCh.ReceiveAsync(&sc) {
+			w.onSessionChanged(sc)
+			more = true
+		}
+		var r contract.Reconcile
+		for w.reconcileCh.ReceiveAsync(&r) {
+			w.st.PendingReconcile = true
+			more = true
+		}
+	}
+}
+
+func (w *subscription) onUpdate(u contract.ResourceUpdated) {
+	w.signalsThisRun++
+	pulses := int64(max(u.Pulses, 1))
+	c := &w.st.Counters
+	c.Notifications += pulses
+	if u.SessionGeneration < w.st.LastNotificationGen ||
+		(u.SessionGeneration == w.st.LastNotificationGen && u.Seq <= w.st.LastNotificationSeq) ||
+		u.SessionGeneration < w.st.SessionGeneration || w.m.State().Closing() {
+		// A duplicate, a notification of an older session (R12), or one after close (R19).
+		c.NotificationsStale += pulses
+		return
+	}
+	w.st.LastNotificationGen, w.st.LastNotificationSeq = u.SessionGeneration, u.Seq
+	if s := w.m.State(); s == mcpsync.StateReadPending || s == mcpsync.StateVersionAccepted {
+		// Whether this pulse needs a follow-up read is known when the read answers.
+		w.duringRead.pulses += pulses
+		if u.ReceivedAt.IsZero() || u.SessionGeneration != w.st.SessionGeneration {
+			w.duringRead.untimed = true
+		} else if u.ReceivedAt.After(w.duringRead.latest) {
+			w.duringRead.latest = u.ReceivedAt
+		}
+		return
+	}
+	if w.m.State() == mcpsync.StateActive {
+		w.nextReason = mcpsync.ReasonNotification
+	}
+	// Not live yet (subscribing, reconciling): the read that follows establishing covers it.
+	w.apply(fsm.Update)
+}
+
+// resolvePulses decides what the pulses received during a read call for (R13, R27): a pulse
+// that reached the host before the host sent the read announces a change the read already
+// sees, so it is covered; any later (or untimed) pulse sets the dirty bit for exactly one
+// follow-up read. sentAt is zero when the read failed.
+func (w *subscription) resolvePulses(sentAt time.Time) {
+	d := w.duringRead
+	w.duringRead = pulsesDuringRead{}
+	if d.pulses == 0 {
+		return
+	}
+	if d.untimed || sentAt.IsZero() || !d.latest.Before(sentAt) {
+		w.apply(fsm.Update)
+		return
+	}
+	w.st.Counters.PulsesCovered += d.pulses
+}
+
+func (w *subscription) onUnsubscribe(u contract.Unsubscribe, kind string) {
+	w.signalsThisRun++
+	if u.ID != "" {
+		for _, id := range w.st.LastSignalIDs {
+			if id == u.ID {
+				return
+			}
+		}
+		w.st.LastSignalIDs = append(w.st.LastSignalIDs, u.ID)
+		if len(w.st.LastSignalIDs) > 16 {
+			w.st.LastSignalIDs = w.st.LastSignalIDs[len(w.st.LastSignalIDs)-16:]
+		}
+	}
+	if w.m.State().Closing() || w.st.PendingUnsubscribe != "" {
+		return
+	}
+	reason := reasonf(nil, "%s", kind)
+	if u.Reason != "" {
+		reason = reasonf(nil, "%s: %s", kind, u.Reason)
+	}
+	w.st.PendingUnsubscribe = reason
+}
+
+func (w *subscription) onSessionChanged(s contract.SessionChanged) {
+	w.signalsThisRun++
+	if s.Generation > w.st.SessionGeneration && s.Generation > w.st.PendingSessionChange {
+		w.st.PendingSessionChange = s.Generation
+	}
+}
+
+// applyPending acts on recorded signals. The close fence comes first, at once (R18): a read
+// in flight is then refused by the ledger when it returns (R19).
+func (w *subscription) applyPending() {
+	w.passCloseFence()
+	if g := w.st.PendingSessionChange; g > 0 {
+		w.st.PendingSessionChange = 0
+		if g > w.st.SessionGeneration {
+			switch {
+			case w.m.State().Closing():
+				// The ledger closed in-flight or unknown unsubscribes of the old session (R20).
+				if ref, err := w.ledgerState(); err == nil && ref.State == mcpsync.StateClosed {
+					w.apply(fsm.SessionEnded)
+				}
+			case w.m.State() == mcpsync.StateDiscovered:
+				// Never bound to a session: establishing picks up the new one.
+			default:
+				if w.st.SessionGeneration > 0 && w.apply(fsm.SessionEnded) {
+					w.nextReason = mcpsync.ReasonSessionChange
+					w.st.Reason = reasonf(nil, "session changed to generation %d", g)
+				}
+			}
+		}
+	}
+	if w.st.PendingReconcile {
+		w.st.PendingReconcile = false
+		w.st.EstablishFailures = 0
+		if w.m.State() == mcpsync.StateReconciliationRequired {
+			w.nextReason = mcpsync.ReasonReconcile
+		}
+	}
+}
+
+// passCloseFence acts on a pending unsubscribe or revocation: it passes the close fence
+// (R18) unless the subscription is closing already. A close fence that failed is pending
+// again afterwards (beginClose records it), so the next turn retries it.
+func (w *subscription) passCloseFence() {
+	reason := w.st.PendingUnsubscribe
+	if reason == "" {
+		return
+	}
+	w.st.PendingUnsubscribe = ""
+	if !w.m.State().Closing() {
+		w.beginClose(reason)
+	}
+}
+
+// await blocks until f is ready, recording every signal that arrives meanwhile and passing
+// the close fence as soon as an unsubscribe or revocation arrives.
+func (w *subscription) await(f workflow.Future) { w.awaitFor(f, false) }
+
+// awaitUnlessClosing is await that gives up (returning false) once the close fence has
+// passed with f still pending.
+func (w *subscription) awaitUnlessClosing(f workflow.Future) bool { return w.awaitFor(f, true) }
+
+func (w *subscription) awaitFor(f workflow.Future, stopWhenClosing bool) bool {
+	for !f.IsReady() {
+		if stopWhenClosing && w.m.State().Closing() {
+			return false
+		}
+		sel := workflow.NewSelector(w.ctx)
+		sel.AddFuture(f, func(workflow.Future) {})
+		w.addSignals(sel)
+		sel.Select(w.ctx)
+		w.passCloseFence()
+		if w.ctx.Err() != nil {
+			return true
+		}
+	}
+	return true
+}
+
+// sleep waits d or until a signal arrives, whichever is first.
+func (w *subscription) sleep(d time.Duration) {
+	ctx, cancel := workflow.WithCancel(w.ctx)
+	defer cancel()
+	timer := workflow.NewTimer(ctx, d)
+	sel := workflow.NewSelector(w.ctx)
+	sel.AddFuture(timer, func(workflow.Future) {})
+	w.addSignals(sel)
+	sel.Select(w.ctx)
+}
