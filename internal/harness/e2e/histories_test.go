@@ -5,29 +5,57 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/history/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/workflows"
 )
 
+// Recording the histories that workflows/replay_test.go replays:
+//
+//	go test -count=1 ./internal/harness/e2e -run TestHistoriesReplay -record-histories
+//
+// records every scenario; -run 'TestHistoriesReplay$' (subscriptions) or -run
+// TestHistoriesReplayDiscovery (sources and discovery scans) records one. Each scenario
+// replaces only the files of the prefixes it records.
 var recordHistories = flag.Bool("record-histories", false,
 	"write the histories of this test's workflows to workflows/testdata/histories, for the replay test")
 
+// historyDir is where the workflows package's replay test reads recorded histories.
+var historyDir = filepath.Join("..", "..", "..", "workflows", "testdata", "histories")
+
+// maxHistoryBytes bounds one recorded history file: a scenario that records more is too big
+// for the repository and should use fewer resources or updates.
+const maxHistoryBytes = 300 << 10
+
+// workflowFuncs are the workflow functions by registered type name, as the worker registers
+// them.
+var workflowFuncs = map[string]any{
+	contract.SubscriptionWorkflowName:  workflows.SubscriptionWorkflow,
+	contract.SourceWorkflowName:        workflows.SourceWorkflow,
+	contract.DiscoveryScanWorkflowName: workflows.DiscoveryScanWorkflow,
+}
+
 // Runs subscriptions through their main paths on a real server (notifications, a lost
 // unsubscribe acknowledgement, continue-as-new), then replays every history with the current
-// workflow code. With -record-histories the histories are also written where the workflows
-// package's replay test reads them, so a later change that breaks determinism fails there.
+// workflow code. With -record-histories the subscriptions' histories are also written where
+// the workflows package's replay test reads them (subscription-NN-<status>.json), so a later
+// change that breaks determinism fails there.
 func TestHistoriesReplay(t *testing.T) {
 	s := newStack(t, suggestContinueAsNewAt(300))
 	srv := s.startChaosHTTP("rec", map[string]string{"demo://notes/1": "v1", "demo://notes/2": "w1"})
@@ -43,24 +71,179 @@ func TestHistoriesReplay(t *testing.T) {
 	srv.SetUnsubscribeMode(chaosmcp.UnsubscribeNormal)
 	eventually(t, 90*time.Second, "notes/2 closed after the lost acknowledgement", func() (bool, string) {
 		sub := s.sub("rec", "demo://notes/2")
-		return sub.State == ledger.StateClosed, string(sub.State) + ": " + sub.StateReason
+		return sub.State == mcpsync.StateClosed, string(sub.State) + ": " + sub.StateReason
 	})
 
-	resp, err := s.tc.ListWorkflow(s.ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: s.ts.GetDefaultNamespace()})
+	got := s.replayHistories(map[string]string{contract.SubscriptionWorkflowName: "subscription"})
+	if n := got[contract.SubscriptionWorkflowName]; n < 3 {
+		t.Fatalf("%d subscription executions, want both subscriptions and at least one continue-as-new", n)
+	}
+}
+
+// Runs a source's discovery on a real server and replays every history with the current
+// workflow code:
+//   - the first scan's rounds A and B agree and it publishes a SNAPSHOT_UNPROVEN catalog
+//     (R6, R7); the SourceWorkflow then continues as new (the server suggests it early);
+//   - a new resource's list_changed signals the source, which invalidates its catalogs (R3)
+//     and runs a second scan; a resource created behind the cursor of that scan's round A,
+//     with its own list_changed lost, makes rounds A and B disagree, so the scan waits, runs
+//     round C and publishes from B and C; the source continues as new again.
+//
+// With -record-histories the closed executions' histories are written where the workflows
+// package's replay test reads them (source-NN-<status>.json, discoveryscan-NN-<status>.json).
+func TestHistoriesReplayDiscovery(t *testing.T) {
+	s := newStack(t, suggestContinueAsNewAt(10))
+	srv := chaosServer(t, 2, 3, chaosmcp.DefaultCapabilities)
+	src := s.addChaos("chaos", srv)
+	first := s.waitCatalog(src, "first catalog", anyCatalog)
+	s.waitSourceIdle("chaos")
+
+	// Round A of the next scan asks for its second page after this hook is installed.
+	srv.OnBetweenPages(onceAt(chaosmcp.ListResources, 1, 1, func() {
+		srv.SuppressListChanged(true)
+		srv.Set("demo://r/0005", "behind the cursor", "text/plain")
+	}))
+	srv.Set("demo://r/0001", "new", "text/plain")
+	second := s.waitCatalog(src, "catalog after list_changed", func(c ledger.Catalog) bool { return c.ID > first.ID })
+	s.waitSourceIdle("chaos")
+
+	type view struct {
+		Level      ledger.ProofLevel
+		RoundsUsed int
+		Basis      []int
+	}
+	want := []view{{ledger.ProofSnapshotUnproven, 2, []int{1, 2}}, {ledger.ProofSnapshotUnproven, 3, []int{2, 3}}}
+	gotViews := []view{{first.Level, first.RoundsUsed, s.basisRounds(first)}, {second.Level, second.RoundsUsed, s.basisRounds(second)}}
+	if diff := cmp.Diff(want, gotViews); diff != "" {
+		t.Errorf("catalogs (-want +got):\n%s\nreasons: %s | %s", diff, first.Reason, second.Reason)
+	}
+	if diff := cmp.Diff(srv.URIs(), s.entryURIs(second)); diff != "" {
+		t.Errorf("second catalog (-server +catalog):\n%s", diff)
+	}
+	old, err := s.st.CatalogByID(s.ctx, first.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(resp.GetExecutions()); n < 3 {
-		t.Fatalf("%d executions, want both subscriptions and at least one continue-as-new", n)
+	if old.InvalidatedAt == nil {
+		t.Errorf("first catalog not invalidated by list_changed: %+v", old)
 	}
-	replayer := worker.NewWorkflowReplayer()
-	replayer.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
-	replayer.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
-	replayer.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
-	dir := filepath.Join("..", "..", "..", "workflows", "testdata", "histories")
-	for i, ex := range resp.GetExecutions() {
+
+	eventually(t, 60*time.Second, "the source continued as new after each scan", func() (bool, string) {
+		n := map[enumspb.WorkflowExecutionStatus]int{}
+		for _, ex := range s.executions() {
+			if ex.GetType().GetName() == contract.SourceWorkflowName {
+				n[ex.GetStatus()]++
+			}
+		}
+		if n[enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW] < 2 {
+			return false, fmt.Sprint(n)
+		}
+		// The newest run's history is complete up to its last workflow task, so it replays.
+		d, err := s.tc.DescribeWorkflowExecution(s.ctx, contract.SourceWorkflowID("chaos"), "")
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.GetPendingWorkflowTask() == nil, fmt.Sprintf("%v; newest run has a pending workflow task", n)
+	})
+	got := s.replayHistories(map[string]string{
+		contract.SourceWorkflowName:        "source",
+		contract.DiscoveryScanWorkflowName: "discoveryscan",
+	})
+	if got[contract.SourceWorkflowName] < 3 || got[contract.DiscoveryScanWorkflowName] < 2 {
+		t.Fatalf("executions by type %v, want at least 3 source runs and 2 discovery scans", got)
+	}
+}
+
+// waitSourceIdle waits until the source's workflow (its newest run) has no workflow task
+// pending, runs no scan and has none due.
+func (s *stack) waitSourceIdle(source string) {
+	s.t.Helper()
+	eventually(s.t, 60*time.Second, "source "+source+" idle", func() (bool, string) {
+		d, err := s.tc.DescribeWorkflowExecution(s.ctx, contract.SourceWorkflowID(source), "")
+		if err != nil {
+			return false, err.Error()
+		}
+		if d.GetPendingWorkflowTask() != nil {
+			return false, "a workflow task is pending"
+		}
+		res, err := s.tc.QueryWorkflow(s.ctx, contract.SourceWorkflowID(source), "", contract.QuerySourceState)
+		if err != nil {
+			return false, err.Error()
+		}
+		var v contract.SourceView
+		if err := res.Get(&v); err != nil {
+			return false, err.Error()
+		}
+		return v.Running == "" && !v.Pending, fmt.Sprintf("%+v", v)
+	})
+}
+
+// executions lists every workflow execution on the stack's server, in start order.
+func (s *stack) executions() []*workflowpb.WorkflowExecutionInfo {
+	s.t.Helper()
+	var out []*workflowpb.WorkflowExecutionInfo
+	var token []byte
+	for {
+		resp, err := s.tc.ListWorkflow(s.ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: s.ts.GetDefaultNamespace(), NextPageToken: token,
+		})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		out = append(out, resp.GetExecutions()...)
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.GetStartTime().AsTime().Equal(b.GetStartTime().AsTime()) {
+			return a.GetStartTime().AsTime().Before(b.GetStartTime().AsTime())
+		}
+		return a.GetExecution().GetWorkflowId()+a.GetExecution().GetRunId() < b.GetExecution().GetWorkflowId()+b.GetExecution().GetRunId()
+	})
+	return out
+}
+
+// replayHistories replays the history of every execution on the stack's server with the
+// current workflow code, each with the function of its own type registered, and fails the
+// test for any that does not replay or has an unknown type. It returns the number of
+// executions of each type. With -record-histories, the history of every closed execution
+// whose type is a key of record is written to historyDir as <prefix>-NN-<status>.json (NN
+// counts that prefix's closed executions in start order), after removing that prefix's earlier
+// files.
+func (s *stack) replayHistories(record map[string]string) map[string]int {
+	t := s.t
+	t.Helper()
+	if *recordHistories {
+		if err := os.MkdirAll(historyDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, prefix := range record {
+			old, err := filepath.Glob(filepath.Join(historyDir, prefix+"-*.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range old {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	count := map[string]int{}
+	recorded := map[string]int{}
+	for _, ex := range s.executions() {
+		typ := ex.GetType().GetName()
+		count[typ]++
+		id, run := ex.GetExecution().GetWorkflowId(), ex.GetExecution().GetRunId()
+		fn, ok := workflowFuncs[typ]
+		if !ok {
+			t.Errorf("execution %s/%s has unknown workflow type %q", id, run, typ)
+			continue
+		}
 		hist := &history.History{}
-		it := s.tc.GetWorkflowHistory(s.ctx, ex.GetExecution().GetWorkflowId(), ex.GetExecution().GetRunId(), false, 0)
+		it := s.tc.GetWorkflowHistory(s.ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		for it.HasNext() {
 			ev, err := it.Next()
 			if err != nil {
@@ -68,22 +251,28 @@ func TestHistoriesReplay(t *testing.T) {
 			}
 			hist.Events = append(hist.Events, ev)
 		}
+		replayer := worker.NewWorkflowReplayer()
+		replayer.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: typ})
 		if err := replayer.ReplayWorkflowHistory(logging.Temporal(s.log), hist); err != nil {
-			t.Errorf("replaying %s/%s: %v", ex.GetExecution().GetWorkflowId(), ex.GetExecution().GetRunId(), err)
+			t.Errorf("replaying %s %s/%s: %v", typ, id, run, err)
 		}
-		if *recordHistories {
-			b, err := protojson.MarshalOptions{Indent: " "}.Marshal(hist)
-			if err != nil {
-				t.Fatal(err)
-			}
-			name := fmt.Sprintf("subscription-%02d-%s.json", i, ex.GetStatus().String())
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("recorded %s (%d events)", name, len(hist.Events))
+		prefix, ok := record[typ]
+		if !*recordHistories || !ok || ex.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			continue
 		}
+		b, err := protojson.MarshalOptions{Indent: " "}.Marshal(hist)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > maxHistoryBytes {
+			t.Errorf("history of %s/%s is %d bytes, more than %d: shrink the scenario", id, run, len(b), maxHistoryBytes)
+		}
+		name := fmt.Sprintf("%s-%02d-%s.json", prefix, recorded[prefix], ex.GetStatus().String())
+		recorded[prefix]++
+		if err := os.WriteFile(filepath.Join(historyDir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("recorded %s: %s %s/%s (%d events, %d bytes)", name, typ, id, run, len(hist.Events), len(b))
 	}
+	return count
 }
