@@ -16,11 +16,12 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
-	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
@@ -168,7 +169,7 @@ func (f *fixture) sub(id int64) ledger.Subscription {
 
 // audit is a notification audit receipt.
 type audit struct {
-	Kind      string
+	Kind      mcpsync.ReceiptKind
 	Gen       int64
 	URI       string
 	ServerURI string
@@ -283,17 +284,6 @@ func (r *recorder) all() []signal {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]signal(nil), r.sigs...)
-}
-
-// named returns the signals called name, in order.
-func (r *recorder) named(name string) []signal {
-	var out []signal
-	for _, s := range r.all() {
-		if s.Name == name {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // wait waits until cond holds for the recorded signals.

@@ -13,8 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
@@ -187,7 +188,7 @@ func TestDeadServerDetectedAndReestablished(t *testing.T) {
 				t.Errorf("sessions: %+v", rows)
 			}
 			got := f.sub(sub.ID)
-			if got.State != ledger.StateReconciliationRequired || got.SessionGeneration != old.Generation() {
+			if got.State != mcpsync.StateReconciliationRequired || got.SessionGeneration != old.Generation() {
 				t.Errorf("subscription after the session ended: %s on generation %d (%s)", got.State, got.SessionGeneration, got.StateReason)
 			}
 			sig.wait(t, "session-changed signal", func(sigs []signal) bool {
@@ -251,7 +252,7 @@ func TestNotificationRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr, err := f.store.CompleteUnsubscribe(f.ctx, closed.ID, closed.Generation, cr.CloseEpoch); err != nil || tr.State != ledger.StateClosed {
+	if tr, err := f.store.CompleteUnsubscribe(f.ctx, closed.ID, closed.Generation, cr.CloseEpoch); err != nil || tr.State != mcpsync.StateClosed {
 		t.Fatalf("closing: %+v %v", tr, err)
 	}
 	serverSeq := srv.Sessions()[0].Seq
@@ -289,11 +290,11 @@ func TestNotificationRouting(t *testing.T) {
 		{"lower-case hex keeps %2F apart from /", sent("escaped", chaosmcp.LowerHexEscapes), outcome{Signals: []update{upd("escaped", "demo://files/a%2fb")}}},
 		{"/ stays apart from %2F", sent("slash", nil), outcome{Signals: []update{upd("slash", "demo://files/a/b")}}},
 		{"unknown URI", sendRaw("demo://notes/nobody"),
-			outcome{Audits: []audit{{Kind: ledger.AuditNotificationUnmatched, Gen: gen, URI: "demo://notes/nobody", ServerURI: "demo://notes/nobody"}}}},
+			outcome{Audits: []audit{{Kind: mcpsync.ReceiptNotificationUnknown, Gen: gen, URI: "demo://notes/nobody", ServerURI: "demo://notes/nobody"}}}},
 		{"closed subscription", sent("closed", nil),
-			outcome{Audits: []audit{{Kind: ledger.AuditNotificationAfterClose, Gen: gen, URI: "demo://notes/closed", ServerURI: "demo://notes/closed"}}}},
+			outcome{Audits: []audit{{Kind: mcpsync.ReceiptNotificationClosed, Gen: gen, URI: "demo://notes/closed", ServerURI: "demo://notes/closed"}}}},
 		{"malformed URI", sendRaw("demo://notes/%zz"),
-			outcome{Audits: []audit{{Kind: ledger.AuditNotificationMalformedURI, Gen: gen, URI: "demo://notes/%zz", ServerURI: "demo://notes/%zz"}}}},
+			outcome{Audits: []audit{{Kind: mcpsync.ReceiptNotificationMalformedURI, Gen: gen, URI: "demo://notes/%zz", ServerURI: "demo://notes/%zz"}}}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -423,14 +424,14 @@ func TestOldGenerationNotificationIsOnlyAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := f.waitAudits(src.ID, 1)
-	want := []audit{{Kind: ledger.AuditNotificationOldSession, Gen: oldConn.Generation(), URI: u, ServerURI: u, Seq: 1}}
+	want := []audit{{Kind: mcpsync.ReceiptNotificationOld, Gen: oldConn.Generation(), URI: u, ServerURI: u, Seq: 1}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("audits (-want +got):\n%s", diff)
 	}
 	if s := updates(sigA.all()); len(s) != 0 {
 		t.Errorf("host A signalled an old-generation notification: %+v", s)
 	}
-	if s := f.sub(sub.ID); s.LastNotificationGen != 0 || s.LastNotificationSeq != 0 || s.State != ledger.StateActive {
+	if s := f.sub(sub.ID); s.LastNotificationGen != 0 || s.LastNotificationSeq != 0 || s.State != mcpsync.StateActive {
 		t.Errorf("old-generation notification changed the subscription: %s, last notification %d/%d", s.State, s.LastNotificationGen, s.LastNotificationSeq)
 	}
 	if v, err := f.store.Versions(f.ctx, sub.ID); err != nil || len(v) != 0 {

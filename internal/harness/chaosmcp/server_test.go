@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 )
 
@@ -364,10 +365,10 @@ func TestProtocolVersions(t *testing.T) {
 		pin      string
 		want     string
 	}{
-		{"unpinned client falls back to the legacy protocol", nil, "", "2025-11-25"},
-		{"pinned", nil, "2025-11-25", "2025-11-25"},
-		{"older pinned", nil, "2025-06-18", "2025-06-18"},
-		{"server restricted", []string{"2025-06-18"}, "2025-11-25", "2025-06-18"},
+		{"unpinned client falls back to the legacy protocol", nil, "", mcpsync.ProtocolVersion20251125},
+		{"pinned", nil, mcpsync.ProtocolVersion20251125, mcpsync.ProtocolVersion20251125},
+		{"older pinned", nil, mcpsync.ProtocolVersion20250618, mcpsync.ProtocolVersion20250618},
+		{"server restricted", []string{mcpsync.ProtocolVersion20250618}, mcpsync.ProtocolVersion20251125, mcpsync.ProtocolVersion20250618},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,10 +14,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 )
 
 // workerProcess is mcpsync-worker running as a child process of the test.
@@ -36,7 +37,7 @@ func (s *stack) startWorkerProcess(dir string, n int) *workerProcess {
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+s.ts.GetFrontendHostPort(),
 		"TEMPORAL_NAMESPACE="+s.ts.GetDefaultNamespace(), "DATABASE_URL="+s.dbURL)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = workerProcAttr()
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestCrashesWhileStreaming(t *testing.T) {
 	s.converged("crash", m.halt(t), 2*time.Minute, "converged after the MCP server restarted")
 
 	for _, u := range uris {
-		if sub := s.sub("crash", u); sub.State != ledger.StateActive {
+		if sub := s.sub("crash", u); sub.State != mcpsync.StateActive {
 			t.Errorf("%s lost: %s (%s)", u, sub.State, sub.StateReason)
 		}
 	}

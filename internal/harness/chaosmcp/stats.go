@@ -1,0 +1,98 @@
+package chaosmcp
+
+import (
+	"context"
+	"fmt"
+)
+
+// Stats are cumulative counters since the server was created (live values where noted).
+type Stats struct {
+	// Epoch is the number of restarts so far.
+	Epoch int
+	// SessionsStarted counts sessions that completed initialize.
+	SessionsStarted int
+	// LiveSessions is the number of initialized sessions not yet closed.
+	LiveSessions int
+	// Reads counts resources/read requests per requested URI.
+	Reads map[string]int
+	// ListCalls and TemplateListCalls count resources/list and resources/templates/list requests.
+	ListCalls, TemplateListCalls int
+	// CursorErrors counts list requests answered with -32602 because of their cursor.
+	CursorErrors int
+	// UpdatesSent counts notifications/resources/updated messages written to sessions
+	// (duplicates included); UpdatesDuplicated counts the extra copies among them.
+	UpdatesSent, UpdatesDuplicated int
+	// UpdatesDropped counts updated notifications dropped by a fault.
+	UpdatesDropped int
+	// UpdatesHeld is the number of updated notifications currently held for reordering.
+	UpdatesHeld int
+	// ListChangedSent and ListChangedDropped count notifications/resources/list_changed
+	// messages written to sessions, and those suppressed or dropped by a fault.
+	ListChangedSent, ListChangedDropped int
+	// SendErrors counts notifications the transport failed to write (e.g. a closed session).
+	SendErrors int
+	// SubscribeCalls and UnsubscribeCalls count subscribe / unsubscribe handler calls.
+	SubscribeCalls, UnsubscribeCalls int
+	// UnsubscribesUnanswered counts unsubscribe requests left unanswered by a fault.
+	UnsubscribesUnanswered int
+	// Subscriptions is the live number of subscribed sessions per URI.
+	Subscriptions map[string]int
+}
+
+// Epoch returns the number of restarts so far.
+func (s *Server) Epoch() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.statsLocked()
+}
+
+func (s *Server) statsLocked() Stats {
+	st := s.stats
+	st.Epoch = s.epoch
+	st.LiveSessions = len(s.sessions)
+	st.Reads = make(map[string]int, len(s.stats.Reads))
+	for k, v := range s.stats.Reads {
+		st.Reads[k] = v
+	}
+	st.Subscriptions = map[string]int{}
+	st.UpdatesHeld = 0
+	for _, sess := range s.sessions {
+		for u := range sess.subs {
+			st.Subscriptions[u]++
+		}
+		st.UpdatesHeld += len(sess.held)
+	}
+	return st
+}
+
+// Await blocks until cond holds for the server's [Stats] (re-checked after every change), or
+// ctx ends, in which case it returns an error wrapping ctx.Err().
+func (s *Server) Await(ctx context.Context, cond func(Stats) bool) error {
+	for {
+		s.mu.Lock()
+		st := s.statsLocked()
+		ch := s.changed
+		s.mu.Unlock()
+		if cond(st) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("chaosmcp: condition not reached (stats %+v): %w", st, ctx.Err())
+		}
+	}
+}
+
+// changedLocked wakes every Await.
+func (s *Server) changedLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}

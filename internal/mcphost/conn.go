@@ -1,0 +1,136 @@
+package mcphost
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/ledger"
+)
+
+// Conn is one live MCP session of a source.
+type Conn struct {
+	host   *Host
+	source ledger.Source
+	cs     *mcp.ClientSession
+	gen    int64
+	caps   ledger.CapabilityReceipt
+	// listChanged counts notifications/resources/list_changed received on this session.
+	listChanged atomic.Int64
+	events      atomic.Pointer[sourceEvents] // forwarder of Options.SourceEvents, if any
+
+	// nmu guards the notification queue. Notifications are stamped with seq in arrival order
+	// (the go-sdk calls the handler for one notification at a time) and queued without
+	// blocking the connection; route drains the queue in order.
+	nmu   sync.Mutex
+	seq   int64
+	queue []notification
+	ended bool // route has finished: later arrivals are recorded by the handler itself
+	wake  chan struct{}
+	// lanes serialize record per lane: notifications of one normalized URI always take the
+	// same lane, so their order is kept while different URIs are routed in parallel.
+	lanes [routeLanes]sync.Mutex
+
+	mu sync.Mutex
+	// uris holds, per server URI, the server-side subscription of this session and the
+	// subscriptions holding it.
+	uris map[string]*uriSubscription
+}
+
+type notification struct {
+	seq       int64
+	serverURI string
+	// receivedAt is when the (latest merged) notification arrived, on this host's clock.
+	receivedAt time.Time
+	// pulses is how many notifications of the same URI this one stands for (routeBatch
+	// merges a burst of them into one signal).
+	pulses int
+}
+
+// uriSubscription is the server-side subscription of one URI on one session. Its mutex
+// serializes resources/subscribe and resources/unsubscribe of the URI, so that a subscribe
+// can never be overtaken by the unsubscribe of the last previous holder.
+type uriSubscription struct {
+	mu      sync.Mutex
+	holders map[int64]bool
+	// confirmed: the server acknowledged resources/subscribe and no unsubscribe has been
+	// sent since. After an unsubscribe whose acknowledgement was lost the server side is
+	// unknown, so the next subscriber sends resources/subscribe again.
+	confirmed bool
+}
+
+// Session returns the MCP client session, for session-bound calls; its lifetime belongs to
+// the host (do not Close it).
+func (c *Conn) Session() *mcp.ClientSession { return c.cs }
+
+// Generation returns the session generation.
+func (c *Conn) Generation() int64 { return c.gen }
+
+// Caps returns the capability receipt.
+func (c *Conn) Caps() ledger.CapabilityReceipt { return c.caps }
+
+// Source returns the source this session belongs to.
+func (c *Conn) Source() ledger.Source { return c.source }
+
+// ListChangedCount returns how many list_changed notifications this session has received.
+func (c *Conn) ListChangedCount() int64 { return c.listChanged.Load() }
+
+// uriSub returns the server-side subscription record of serverURI, creating it if asked.
+func (c *Conn) uriSub(serverURI string, create bool) *uriSubscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	us := c.uris[serverURI]
+	if us == nil && create {
+		us = &uriSubscription{holders: map[int64]bool{}}
+		c.uris[serverURI] = us
+	}
+	return us
+}
+
+// Subscribe makes sure the server-side subscription of serverURI exists on this session and
+// records subscriptionID as one of its holders. Only a subscriber that finds no confirmed
+// server-side subscription sends resources/subscribe; on error it does not become a holder.
+func (c *Conn) Subscribe(ctx context.Context, serverURI string, subscriptionID int64) error {
+	us := c.uriSub(serverURI, true)
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if !us.confirmed {
+		if err := c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: serverURI}); err != nil {
+			return fmt.Errorf("resources/subscribe %s: %w", serverURI, err)
+		}
+		us.confirmed = true
+	}
+	us.holders[subscriptionID] = true
+	return nil
+}
+
+// Unsubscribe releases subscriptionID's hold on serverURI. The last holder sends
+// resources/unsubscribe (sent=true) and stays a holder until the server acknowledges, so that
+// a retry after a lost acknowledgement sends again (R20). Others only drop their hold; a
+// subscription that holds nothing on this session sends nothing.
+func (c *Conn) Unsubscribe(ctx context.Context, serverURI string, subscriptionID int64) (sent bool, err error) {
+	us := c.uriSub(serverURI, false)
+	if us == nil {
+		return false, nil
+	}
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if !us.holders[subscriptionID] {
+		return false, nil
+	}
+	if len(us.holders) > 1 {
+		delete(us.holders, subscriptionID)
+		return false, nil
+	}
+	// Whatever the answer, the server side is no longer known to be subscribed.
+	us.confirmed = false
+	if err := c.cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: serverURI}); err != nil {
+		return true, fmt.Errorf("resources/unsubscribe %s: %w", serverURI, err)
+	}
+	delete(us.holders, subscriptionID)
+	return true, nil
+}

@@ -1,0 +1,164 @@
+package mcphost
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+)
+
+// session runs one connection from connect to end: it connects, records the new generation
+// and its capability receipt, tells every live subscription of the source that the session
+// changed, routes notifications until the connection ends, and records the end.
+func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) (string, error) {
+	tr, err := h.opts.Transport(ctx, src)
+	if err != nil {
+		return "", fmt.Errorf("transport: %w", err)
+	}
+	c := &Conn{source: src, host: h, wake: make(chan struct{}, 1), uris: map[string]*uriSubscription{}}
+	client := mcp.NewClient(&mcp.Implementation{Name: "mcpsync", Version: "0.1.0"}, &mcp.ClientOptions{
+		Capabilities:               &mcp.ClientCapabilities{},
+		ResourceUpdatedHandler:     c.onUpdated,
+		ResourceListChangedHandler: c.onListChanged,
+		KeepAlive:                  h.opts.KeepAlive,
+		KeepAliveFailureThreshold:  2,
+	})
+	cctx, cancel := context.WithTimeout(ctx, h.opts.ConnectTimeout)
+	cs, err := client.Connect(cctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	cancel()
+	if err != nil {
+		return "", fmt.Errorf("connect: %w", err)
+	}
+	c.cs = cs
+	c.caps = receipt(cs)
+	if !c.caps.Resources {
+		log.Warn("server does not declare the resources capability", zap.String("server", c.caps.ServerName))
+	}
+	sess, live, err := h.opts.Store.OpenSession(ctx, src.ID, h.opts.Queue, c.caps)
+	if err != nil {
+		_ = cs.Close()
+		return "", fmt.Errorf("open session: %w", err)
+	}
+	c.gen = sess.Generation
+	log = log.With(zap.Int64("generation", c.gen))
+	log.Info("session open", zap.String("protocol", c.caps.ProtocolVersion),
+		zap.Bool("subscribe", c.caps.Subscribe), zap.Bool("listChanged", c.caps.ListChanged),
+		zap.String("server", c.caps.ServerName+" "+c.caps.ServerVersion))
+	h.setConn(src.ID, c)
+	h.startSourceEvents(ctx, c)
+	routed := make(chan struct{})
+	stopRouting := make(chan struct{})
+	go func() {
+		defer close(routed)
+		c.route(stopRouting, log)
+	}()
+	// Signalled in the background, so that a slow Temporal never delays noticing the end.
+	h.wg.Go(func() { h.signalSessionChanged(ctx, c.gen, live, log) })
+	done := make(chan error, 1)
+	go func() { done <- cs.Wait() }()
+	reason := "connection closed"
+	select {
+	case <-ctx.Done():
+		reason = "host stopping"
+		if cause := context.Cause(ctx); cause != nil && cause != context.Canceled {
+			reason = cause.Error()
+		}
+		_ = cs.Close()
+		<-done
+	case err := <-done:
+		if err != nil {
+			reason = "connection closed: " + err.Error()
+		}
+		// Release the transport: reaps a dead stdio child, ends the keep-alive.
+		_ = cs.Close()
+	}
+	h.clearConn(src.ID, c)
+	h.stopSourceEvents(c)
+	// Route what arrived before the end under this generation, then record the end.
+	close(stopRouting)
+	<-routed
+	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer ecancel()
+	if err := h.opts.Store.EndSession(ectx, src.ID, c.gen, reason); err != nil {
+		log.Warn("recording session end failed", zap.Error(err))
+	}
+	return reason, nil
+}
+
+// signalParallelism bounds the concurrent SessionChanged signals of one new session.
+const signalParallelism = 8
+
+// signalSessionChanged tells every live subscription of the source that its session changed
+// to generation gen (R12). A signal that cannot be delivered is retried a few times; the
+// subscription is fenced in the ledger anyway, so its next read is refused and it
+// re-establishes itself.
+func (h *Host) signalSessionChanged(ctx context.Context, gen int64, live []ledger.LiveSubscription, log *zap.Logger) {
+	work := make(chan ledger.LiveSubscription)
+	var wg sync.WaitGroup
+	for range min(signalParallelism, len(live)) {
+		wg.Go(func() {
+			for sub := range work {
+				err := retry(ctx, func(ctx context.Context) error {
+					return h.opts.Signaler.SignalWorkflow(ctx, sub.WorkflowID, "", contract.SignalSessionChanged,
+						contract.SessionChanged{Generation: gen})
+				})
+				if err != nil {
+					log.Warn("session-changed signal not delivered", zap.String("workflow", sub.WorkflowID), zap.Error(err))
+				}
+			}
+		})
+	}
+	for _, sub := range live {
+		work <- sub
+	}
+	close(work)
+	wg.Wait()
+}
+
+// retry runs f up to three times with a short backoff, each attempt bounded by 10 s.
+func retry(ctx context.Context, f func(context.Context) error) error {
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (after %d attempts; last error: %w)", ctx.Err(), attempt, err)
+			case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = f(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func receipt(cs *mcp.ClientSession) ledger.CapabilityReceipt {
+	r := ledger.CapabilityReceipt{ProtocolVersion: ProtocolVersion}
+	ir := cs.InitializeResult()
+	if ir == nil {
+		return r
+	}
+	r.ProtocolVersion = ir.ProtocolVersion
+	if ir.ServerInfo != nil {
+		r.ServerName, r.ServerVersion = ir.ServerInfo.Name, ir.ServerInfo.Version
+	}
+	if caps := ir.Capabilities; caps != nil {
+		if caps.Resources != nil {
+			r.Resources, r.Subscribe, r.ListChanged = true, caps.Resources.Subscribe, caps.Resources.ListChanged
+		}
+		_, r.SnapshotIDs = caps.Experimental[SnapshotCapability]
+		r.Raw, _ = json.Marshal(caps)
+	}
+	return r
+}
