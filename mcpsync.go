@@ -204,11 +204,24 @@ type ReceiptKind string
 
 // Receipt kinds other than read outcomes.
 const (
-	ReceiptSessionOpened       ReceiptKind = "SESSION_OPENED"
-	ReceiptSessionEnded        ReceiptKind = "SESSION_ENDED"
-	ReceiptSessionChanged      ReceiptKind = "SESSION_CHANGED"
-	ReceiptSubscriptionOpened  ReceiptKind = "SUBSCRIPTION_OPENED"
-	ReceiptTransitioned        ReceiptKind = "TRANSITIONED"
+	ReceiptSessionOpened      ReceiptKind = "SESSION_OPENED"
+	ReceiptSessionEnded       ReceiptKind = "SESSION_ENDED"
+	ReceiptSessionChanged     ReceiptKind = "SESSION_CHANGED"
+	ReceiptSubscriptionOpened ReceiptKind = "SUBSCRIPTION_OPENED"
+	ReceiptTransitioned       ReceiptKind = "TRANSITIONED"
+	// ReceiptSubscribing: DISCOVERED or RECONCILIATION_REQUIRED moved to SUBSCRIBING.
+	ReceiptSubscribing ReceiptKind = "SUBSCRIBING"
+	// ReceiptActivated: SUBSCRIBING moved to ACTIVE.
+	ReceiptActivated ReceiptKind = "ACTIVATED"
+	// ReceiptReconciliationRequired: the subscription moved to RECONCILIATION_REQUIRED.
+	ReceiptReconciliationRequired ReceiptKind = "RECONCILIATION_REQUIRED"
+	// ReceiptTombstoneCleared: TOMBSTONE_PENDING moved back to ACTIVE (the resource exists
+	// again, R21).
+	ReceiptTombstoneCleared ReceiptKind = "TOMBSTONE_CLEARED"
+	// ReceiptTombstoneConfirmed: a deletion was confirmed by list reconciliation (R21).
+	ReceiptTombstoneConfirmed ReceiptKind = "TOMBSTONE_CONFIRMED"
+	// ReceiptUnsubscribeUnknown: UNSUBSCRIBING moved to UNSUBSCRIBE_UNKNOWN (R20).
+	ReceiptUnsubscribeUnknown  ReceiptKind = "UNSUBSCRIBE_UNKNOWN"
 	ReceiptCloseFence          ReceiptKind = "CLOSE_FENCE"
 	ReceiptClosed              ReceiptKind = "CLOSED"
 	ReceiptClosedWithSession   ReceiptKind = "CLOSED_WITH_SESSION"
@@ -217,6 +230,9 @@ const (
 	ReceiptNotificationUnknown ReceiptKind = "NOTIFICATION_UNMATCHED"
 	ReceiptNotificationClosed  ReceiptKind = "NOTIFICATION_AFTER_CLOSE"
 	ReceiptNotificationOrder   ReceiptKind = "NOTIFICATION_OUT_OF_ORDER"
+	// ReceiptNotificationMalformedURI: a notification whose URI cannot be normalized; it
+	// matches nothing and causes no action, but is not dropped silently.
+	ReceiptNotificationMalformedURI ReceiptKind = "NOTIFICATION_MALFORMED_URI"
 )
 
 // ReadID is the identity of one read (R14, R16): the acceptance point accepts a response only

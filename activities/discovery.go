@@ -185,7 +185,7 @@ func (a *Catalog) ConfirmTombstone(ctx context.Context, in contract.ConfirmTombs
 		return contract.ConfirmTombstoneOutput{}, permanent(err)
 	}
 	return contract.ConfirmTombstoneOutput{
-		Outcome: string(r.Outcome), Refusal: string(r.Refusal), State: string(r.State),
+		Outcome: r.Outcome, Refusal: r.Refusal, State: r.State,
 		ReadOrdinal: r.ReadOrdinal, CloseOrdinal: r.CloseOrdinal, CloseEpoch: r.CloseEpoch, VersionID: r.VersionID,
 	}, nil
 }

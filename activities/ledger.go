@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -48,6 +49,10 @@ func (a *Ledger) Register(r Registry) {
 	}
 }
 
+// permanent turns a ledger error a retry cannot change (ErrInvalid, ErrNotFound, ErrNoGrant)
+// into a non-retryable application error of type contract.ErrTypePermanent; every other error
+// is returned as is, for Temporal to retry. Refusals never get here: the ledger returns them
+// as outcomes (see the ledger package's error rule).
 func permanent(err error) error {
 	if err == nil {
 		return nil
@@ -61,7 +66,7 @@ func permanent(err error) error {
 func ref(s ledger.Subscription) contract.SubscriptionRef {
 	return contract.SubscriptionRef{
 		ID: s.ID, Generation: s.Generation, SessionGeneration: s.SessionGeneration,
-		State: string(s.State), Reason: s.StateReason, LastIssuedOrdinal: s.LastIssuedOrdinal,
+		State: s.State, Reason: s.StateReason, LastIssuedOrdinal: s.LastIssuedOrdinal,
 		LastAcceptedOrdinal: s.LastAcceptedOrdinal, LastAcceptedDigest: s.LastAcceptedDigest,
 		CloseEpoch: s.CloseEpoch,
 	}
@@ -107,7 +112,7 @@ func transition(r ledger.TransitionResult, err error) (contract.TransitionOutput
 	if err != nil {
 		return contract.TransitionOutput{}, permanent(err)
 	}
-	return contract.TransitionOutput{Outcome: string(r.Outcome), State: string(r.State), Reason: r.Reason}, nil
+	return contract.TransitionOutput{Outcome: r.Outcome, State: r.State, Reason: r.Reason}, nil
 }
 
 // BeginSubscribe moves the subscription to SUBSCRIBING on the given live session.
@@ -137,7 +142,7 @@ func (a *Ledger) BeginUnsubscribe(ctx context.Context, in contract.TransitionInp
 		return contract.TransitionOutput{}, permanent(err)
 	}
 	return contract.TransitionOutput{
-		Outcome: string(r.Outcome), State: string(r.State), CloseOrdinal: r.CloseOrdinal, CloseEpoch: r.CloseEpoch,
+		Outcome: r.Outcome, State: r.State, CloseOrdinal: r.CloseOrdinal, CloseEpoch: r.CloseEpoch,
 	}, nil
 }
 
@@ -155,12 +160,12 @@ func (a *Ledger) MarkUnsubscribeUnknown(ctx context.Context, in contract.Transit
 func (a *Ledger) AllocateReadOrdinal(ctx context.Context, in contract.AllocateInput) (contract.AllocateOutput, error) {
 	d, err := a.Store.AllocateReadOrdinal(ctx, ledger.AllocateRequest{
 		SubscriptionID: in.SubscriptionID, Generation: in.Generation, SessionGeneration: in.SessionGeneration,
-		URI: in.URI, RequestID: in.RequestID, Reason: ledger.ReadReason(in.Reason),
+		URI: in.URI, RequestID: in.RequestID, Reason: in.Reason,
 	})
 	if err != nil {
 		return contract.AllocateOutput{}, permanent(err)
 	}
-	return contract.AllocateOutput{Outcome: string(d.Outcome), Ordinal: d.Ordinal, State: string(d.State)}, nil
+	return contract.AllocateOutput{Outcome: d.Outcome, Ordinal: d.Ordinal, State: d.State}, nil
 }
 
 // AcceptResourceVersion offers a read to the single acceptance point (R16).
@@ -176,11 +181,11 @@ func (a *Ledger) AcceptResourceVersion(ctx context.Context, in contract.AcceptIn
 	if err != nil {
 		return contract.AcceptOutput{}, permanent(err)
 	}
-	return contract.AcceptOutput{Outcome: string(r.Outcome), VersionID: r.VersionID}, nil
+	return contract.AcceptOutput{Outcome: r.Outcome, VersionID: r.VersionID}, nil
 }
 
 // RecordNotFound passes a not-found answer through the ordinal fence (R21).
-func (a *Ledger) RecordNotFound(ctx context.Context, in contract.AcceptInput) (string, error) {
+func (a *Ledger) RecordNotFound(ctx context.Context, in contract.AcceptInput) (mcpsync.Outcome, error) {
 	o, err := a.Store.RecordNotFound(ctx, ledger.NotFoundRequest{
 		SubscriptionID: in.SubscriptionID, Generation: in.Generation, SessionGeneration: in.SessionGeneration,
 		URI: in.URI, Ordinal: in.Ordinal, RequestID: in.RequestID,
@@ -188,5 +193,5 @@ func (a *Ledger) RecordNotFound(ctx context.Context, in contract.AcceptInput) (s
 	if err != nil {
 		return "", permanent(err)
 	}
-	return string(o), nil
+	return o, nil
 }

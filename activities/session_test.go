@@ -17,11 +17,11 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcpsync/mcpsync/activities"
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
-	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

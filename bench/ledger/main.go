@@ -33,9 +33,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/dbschema"
-	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 type config struct {
@@ -217,11 +218,11 @@ type sub struct {
 
 func (s *sub) allocateAccept(ctx context.Context, st *ledger.Store, req string) error {
 	d, err := st.AllocateReadOrdinal(ctx, ledger.AllocateRequest{SubscriptionID: s.id, Generation: s.gen,
-		SessionGeneration: s.sgen, URI: s.uri, RequestID: req, Reason: ledger.ReasonPoll})
+		SessionGeneration: s.sgen, URI: s.uri, RequestID: req, Reason: mcpsync.ReasonPoll})
 	if err != nil {
 		return err
 	}
-	if d.Outcome != ledger.Allocated {
+	if d.Outcome != mcpsync.OutcomeAllocated {
 		return fmt.Errorf("allocate on subscription %d: %s", s.id, d.Outcome)
 	}
 	return s.accept(ctx, st, d.Ordinal, req)
@@ -247,7 +248,7 @@ func (s *sub) accept(ctx context.Context, st *ledger.Store, ord int64, req strin
 	if err != nil {
 		return err
 	}
-	if r.Outcome != ledger.Accepted {
+	if r.Outcome != mcpsync.OutcomeAccepted {
 		return fmt.Errorf("accept ordinal %d on subscription %d: %s", ord, s.id, r.Outcome)
 	}
 	return nil
@@ -265,7 +266,7 @@ func setup(ctx context.Context, st *ledger.Store, pool *pgxpool.Pool, c config) 
 		if _, err := pool.Exec(ctx, `UPDATE sources SET host_queue = $2, lease_until = now() + interval '1 day' WHERE id = $1`, src.ID, host); err != nil {
 			return nil, err
 		}
-		sess, _, err := st.OpenSession(ctx, src.ID, host, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true})
+		sess, _, err := st.OpenSession(ctx, src.ID, host, ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, Subscribe: true})
 		if err != nil {
 			return nil, err
 		}
@@ -276,7 +277,7 @@ func setup(ctx context.Context, st *ledger.Store, pool *pgxpool.Pool, c config) 
 				return nil, err
 			}
 			for _, step := range []func(context.Context, int64, int64, int64) (ledger.TransitionResult, error){st.BeginSubscribe, st.Activate} {
-				if r, err := step(ctx, s.ID, s.Generation, sess.Generation); err != nil || r.Outcome != ledger.Transitioned {
+				if r, err := step(ctx, s.ID, s.Generation, sess.Generation); err != nil || r.Outcome != mcpsync.OutcomeTransitioned {
 					return nil, fmt.Errorf("activate subscription %d: %+v %v", s.ID, r, err)
 				}
 			}

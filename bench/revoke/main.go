@@ -1,4 +1,4 @@
-// Command revokebench measures permission revocation end to end (SPEC.md R29, issue 7): the
+// Command revokebench measures permission revocation end to end (R29 in docs/SPEC.md): the
 // time from `mcpsync revoke PRINCIPAL SOURCE` to every affected derived index's invalidation
 // being delivered to that index's outbox consumer, and to the principal's subscriptions being
 // CLOSED through the close fence.
@@ -29,10 +29,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/consumers"
-	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/harness/localstack"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 

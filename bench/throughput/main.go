@@ -22,9 +22,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
-	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/harness/localstack"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 func main() {
@@ -251,7 +252,7 @@ func waitActive(ctx context.Context, st *ledger.Store, n int) error {
 // rawReadLoop reads resources sequentially with one go-sdk client session for d.
 func rawReadLoop(ctx context.Context, endpoint string, n int, d time.Duration) (perSec float64, p50, p99 time.Duration, err error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "raw", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint}, &mcp.ClientSessionOptions{ProtocolVersion: mcpsync.ProtocolVersion20251125})
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -63,7 +63,10 @@ const (
 const (
 	// ErrTypeStaleSession: the call carried a session generation the host no longer holds.
 	ErrTypeStaleSession = "StaleSession"
-	// ErrTypePermanent: the server refused in a way a retry cannot fix.
+	// ErrTypePermanent: a retry cannot change the answer: the MCP server refused the call in
+	// a way a retry cannot fix, or the ledger reported a malformed request (ErrInvalid), a
+	// missing row (ErrNotFound) or a principal without a standing grant (ErrNoGrant). Ledger
+	// refusals are outcomes in the activities' results, never errors of this type.
 	ErrTypePermanent = "PermanentMCPError"
 )
 

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // Workflow type names of discovery.
@@ -282,9 +284,9 @@ type ConfirmTombstoneInput struct {
 // subscription is UNSUBSCRIBING with the close fence frozen (CloseOrdinal, CloseEpoch) and a
 // tombstone version plus an invalidation were written. REFUSED: Refusal says why.
 type ConfirmTombstoneOutput struct {
-	Outcome      string
-	Refusal      string
-	State        string
+	Outcome      mcpsync.Outcome
+	Refusal      mcpsync.TombstoneRefusal
+	State        mcpsync.State
 	ReadOrdinal  int64
 	CloseOrdinal int64
 	CloseEpoch   int64

@@ -1,6 +1,10 @@
 package contract
 
-import "time"
+import (
+	"time"
+
+	"github.com/mcpsync/mcpsync"
+)
 
 // SubscriptionInput starts (or continues) a SubscriptionWorkflow.
 type SubscriptionInput struct {
@@ -23,8 +27,8 @@ type SubscriptionState struct {
 	Generation        int64
 	SessionGeneration int64
 	HostQueue         string
-	CanSubscribe      bool // the session negotiated resources.subscribe
-	Machine           string
+	CanSubscribe      bool          // the session negotiated resources.subscribe
+	Machine           mcpsync.State // the workflow state machine's state
 	Dirty             bool
 	Reason            string // why the subscription is not ACTIVE, if it is not
 	ReadSeq           int64  // request IDs issued so far by this workflow
@@ -53,7 +57,7 @@ type Counters struct {
 	// before that read was sent: the read covers them, so no follow-up read is due (R13, R27).
 	PulsesCovered int64
 	Reads         int64
-	ReadsByReason map[string]int64
+	ReadsByReason map[mcpsync.ReadReason]int64
 	Accepted      int64
 	Revalidated   int64
 	Refused       int64
@@ -105,7 +109,7 @@ type SubscriptionRef struct {
 	ID                  int64
 	Generation          int64
 	SessionGeneration   int64
-	State               string
+	State               mcpsync.State
 	Reason              string
 	LastIssuedOrdinal   int64
 	LastAcceptedOrdinal int64
@@ -134,8 +138,8 @@ type TransitionInput struct {
 
 // TransitionOutput is the ledger's outcome of a transition.
 type TransitionOutput struct {
-	Outcome      string
-	State        string
+	Outcome      mcpsync.Outcome
+	State        mcpsync.State
 	Reason       string
 	CloseOrdinal int64
 	CloseEpoch   int64
@@ -148,14 +152,14 @@ type AllocateInput struct {
 	SessionGeneration int64
 	URI               string
 	RequestID         string
-	Reason            string
+	Reason            mcpsync.ReadReason
 }
 
 // AllocateOutput is the outcome of an allocation.
 type AllocateOutput struct {
-	Outcome string
+	Outcome mcpsync.Outcome
 	Ordinal int64
-	State   string
+	State   mcpsync.State
 }
 
 // ReadInput asks the session host for one resources/read on a given session.
@@ -181,20 +185,17 @@ type ReadOutput struct {
 	SentAt time.Time
 }
 
-// AcceptInput offers a read's response to acceptResourceVersion (R16).
+// AcceptInput offers a read's response to acceptResourceVersion (R16). The embedded ReadID
+// is the identity the dispatch was allocated with; its fields are promoted, so the JSON of
+// the payload is the same as with the fields spelled out.
 type AcceptInput struct {
-	SubscriptionID    int64
-	Generation        int64
-	SessionGeneration int64
-	URI               string
-	Ordinal           int64
-	RequestID         string
-	Read              ReadOutput
+	mcpsync.ReadID
+	Read ReadOutput
 }
 
 // AcceptOutput is the acceptance point's outcome.
 type AcceptOutput struct {
-	Outcome   string
+	Outcome   mcpsync.Outcome
 	VersionID int64
 }
 
@@ -216,7 +217,7 @@ type UnsubscribeOutput struct {
 
 // StateView is what the state query returns.
 type StateView struct {
-	State               string
+	State               mcpsync.State
 	Reason              string
 	SubscriptionID      int64
 	Generation          int64

@@ -11,9 +11,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/invariants"
-	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 const catURI = "demo://cat/1"
@@ -54,7 +55,7 @@ func (f *catFixture) addSource(name string) ledger.Source {
 func (f *catFixture) openSession(sourceID int64, snapshot bool) int64 {
 	f.t.Helper()
 	sess, _, err := f.st.OpenSession(f.ctx, sourceID, "cat-host", ledger.CapabilityReceipt{
-		ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true, ListChanged: true, SnapshotIDs: snapshot,
+		ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, Subscribe: true, ListChanged: true, SnapshotIDs: snapshot,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -548,13 +549,13 @@ func (f *catFixture) pendingTombstone() ledger.Subscription {
 		}
 	}
 	d, err := f.st.AllocateReadOrdinal(f.ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
-		SessionGeneration: f.gen, URI: catURI, RequestID: "read-1", Reason: ledger.ReasonNotification})
-	if err != nil || d.Outcome != ledger.Allocated {
+		SessionGeneration: f.gen, URI: catURI, RequestID: "read-1", Reason: mcpsync.ReasonNotification})
+	if err != nil || d.Outcome != mcpsync.OutcomeAllocated {
 		f.t.Fatalf("allocate: %+v %v", d, err)
 	}
 	out, err := f.st.RecordNotFound(f.ctx, ledger.NotFoundRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
 		SessionGeneration: f.gen, URI: catURI, Ordinal: d.Ordinal, RequestID: "read-1"})
-	if err != nil || out != ledger.TombstonePending {
+	if err != nil || out != mcpsync.OutcomeTombstonePending {
 		f.t.Fatalf("not found: %s %v", out, err)
 	}
 	sub, err = f.st.SubscriptionByID(f.ctx, sub.ID)
@@ -600,7 +601,7 @@ func TestConfirmTombstone(t *testing.T) {
 	tests := []struct {
 		name    string
 		setup   func(f *catFixture) (sub ledger.Subscription, req ledger.ConfirmTombstoneRequest)
-		refusal ledger.TombstoneRefusal // "": confirmed
+		refusal mcpsync.TombstoneRefusal // "": confirmed
 	}{
 		{
 			name: "unproven catalog without the URI",
@@ -619,7 +620,7 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "the catalog lists the URI", refusal: ledger.TombstoneResourcePresent,
+			name: "the catalog lists the URI", refusal: mcpsync.TombstoneResourcePresent,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				c := f.catalog(ledger.ProofSnapshotProven, catURI)
@@ -627,7 +628,7 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "the catalog lists the URI in another spelling", refusal: ledger.TombstoneResourcePresent,
+			name: "the catalog lists the URI in another spelling", refusal: mcpsync.TombstoneResourcePresent,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				sp := spec{set: "U", uris: []string{catURI}, upper: true}
@@ -640,7 +641,7 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "the catalog was scanned before the read", refusal: ledger.TombstoneScanTooEarly,
+			name: "the catalog was scanned before the read", refusal: mcpsync.TombstoneScanTooEarly,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				c := f.catalog(ledger.ProofSnapshotProven)
 				sub := f.pendingTombstone()
@@ -648,7 +649,7 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "the catalog needs reconciliation", refusal: ledger.TombstoneNotReconciled,
+			name: "the catalog needs reconciliation", refusal: mcpsync.TombstoneNotReconciled,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				c := f.catalog(ledger.ProofReconciliationRequired)
@@ -656,7 +657,7 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "the catalog was invalidated", refusal: ledger.TombstoneInvalidated,
+			name: "the catalog was invalidated", refusal: mcpsync.TombstoneInvalidated,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				c := f.catalog(ledger.ProofSnapshotUnproven)
@@ -667,7 +668,7 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "a catalog of another source", refusal: ledger.TombstoneOtherSource,
+			name: "a catalog of another source", refusal: mcpsync.TombstoneOtherSource,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				other := f.addSource("other")
@@ -682,14 +683,14 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "no such catalog", refusal: ledger.TombstoneNoCatalog,
+			name: "no such catalog", refusal: mcpsync.TombstoneNoCatalog,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				return sub, ledger.ConfirmTombstoneRequest{SubscriptionID: sub.ID, Generation: sub.Generation, CatalogID: 999999}
 			},
 		},
 		{
-			name: "another subscription generation", refusal: ledger.TombstoneOldGeneration,
+			name: "another subscription generation", refusal: mcpsync.TombstoneOldGeneration,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				c := f.catalog(ledger.ProofSnapshotUnproven)
@@ -697,7 +698,7 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "the session changed since the not-found read", refusal: ledger.TombstoneNotPending,
+			name: "the session changed since the not-found read", refusal: mcpsync.TombstoneNotPending,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				f.openSession(f.src.ID, true) // fences the subscription: RECONCILIATION_REQUIRED
@@ -706,7 +707,7 @@ func TestConfirmTombstone(t *testing.T) {
 			},
 		},
 		{
-			name: "closed by an unsubscribe first", refusal: ledger.TombstoneNotPending,
+			name: "closed by an unsubscribe first", refusal: mcpsync.TombstoneNotPending,
 			setup: func(f *catFixture) (ledger.Subscription, ledger.ConfirmTombstoneRequest) {
 				sub := f.pendingTombstone()
 				if _, err := f.st.BeginUnsubscribe(f.ctx, sub.ID, sub.Generation, "unsubscribed"); err != nil {
@@ -736,7 +737,7 @@ func TestConfirmTombstone(t *testing.T) {
 			tombstones := f.countRows(`SELECT count(*) FROM resource_versions WHERE subscription_id = $1 AND kind = 'tombstone'`, sub.ID)
 			outbox := f.countRows(`SELECT count(*) FROM invalidation_outbox WHERE subscription_id = $1 AND kind = 'tombstone'`, sub.ID)
 			if tt.refusal != "" {
-				if res.Outcome != ledger.Refused || res.Refusal != tt.refusal {
+				if res.Outcome != mcpsync.OutcomeRefused || res.Refusal != tt.refusal {
 					t.Errorf("result %+v, want refusal %s", res, tt.refusal)
 				}
 				if diff := cmp.Diff(before, after); diff != "" {
@@ -751,15 +752,15 @@ func TestConfirmTombstone(t *testing.T) {
 				return
 			}
 			type state struct {
-				Outcome      ledger.Outcome
-				State        ledger.State
+				Outcome      mcpsync.Outcome
+				State        mcpsync.State
 				CloseOrdinal int64
 				CloseEpoch   int64
 				ReadOrdinal  int64
 				Tombstones   int
 				Outbox       int
 			}
-			want := state{ledger.Transitioned, ledger.StateUnsubscribing, before.LastIssuedOrdinal, before.CloseEpoch + 1, before.LastAcceptedOrdinal, 1, 1}
+			want := state{mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribing, before.LastIssuedOrdinal, before.CloseEpoch + 1, before.LastAcceptedOrdinal, 1, 1}
 			got := state{res.Outcome, after.State, *after.CloseOrdinal, after.CloseEpoch, res.ReadOrdinal, tombstones, outbox}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("confirmation (-want +got):\n%s", diff)
@@ -769,7 +770,7 @@ func TestConfirmTombstone(t *testing.T) {
 				t.Errorf("latest version %+v (%v), want the tombstone %d at the not-found read's ordinal", v, err, res.VersionID)
 			}
 			again, err := f.st.ConfirmTombstone(f.ctx, req)
-			if err != nil || again.Outcome != ledger.AlreadyDone || again.VersionID != res.VersionID {
+			if err != nil || again.Outcome != mcpsync.OutcomeAlreadyDone || again.VersionID != res.VersionID {
 				t.Errorf("replay: %+v %v, want ALREADY_DONE with version %d", again, err, res.VersionID)
 			}
 			if n := f.countRows(`SELECT count(*) FROM resource_versions WHERE subscription_id = $1`, sub.ID); n != 1 {
@@ -783,8 +784,8 @@ func TestConfirmTombstone(t *testing.T) {
 			}
 			// Behind the close fence, no read can be allocated any more (R18).
 			d, err := f.st.AllocateReadOrdinal(f.ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
-				SessionGeneration: f.gen, URI: catURI, RequestID: "read-2", Reason: ledger.ReasonNotification})
-			if err != nil || d.Outcome == ledger.Allocated {
+				SessionGeneration: f.gen, URI: catURI, RequestID: "read-2", Reason: mcpsync.ReasonNotification})
+			if err != nil || d.Outcome == mcpsync.OutcomeAllocated {
 				t.Errorf("allocation after the tombstone: %+v %v", d, err)
 			}
 		})

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // ErrNoGrant: the principal holds no standing grant on the source (never granted, or
@@ -163,7 +165,7 @@ type RevokedSubscription struct {
 	WorkflowID        string
 	SourceName        string
 	URI               string
-	StateAtRevocation State
+	StateAtRevocation mcpsync.State
 }
 
 // IndexInvalidation is one derived index a revocation invalidated: the lineage entries it
@@ -217,33 +219,13 @@ func (s *Store) Revoke(ctx context.Context, req RevokeRequest) (Revocation, erro
 		rv.SourceID = &req.SourceID
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `INSERT INTO revocations (principal, source_id, reason) VALUES ($1, $2, $3)
-			RETURNING id, revoked_at`, req.Principal, rv.SourceID, req.Reason).Scan(&rv.ID, &rv.RevokedAt); err != nil {
-			if isForeignKeyViolation(err) {
-				return fmt.Errorf("source %d: %w", req.SourceID, ErrNotFound)
-			}
+		var err error
+		if rv.ID, rv.RevokedAt, err = insertRevocation(ctx, tx, req, rv.SourceID); err != nil {
 			return err
 		}
 		// The fence: revoke the grant rows. This waits for reads that hold them.
-		rows, err := tx.Query(ctx, `
-			WITH g AS (
-				UPDATE grants SET revoked_at = now(), revocation_id = $3
-				WHERE principal = $1 AND ($2 = 0 OR source_id = $2) AND revoked_at IS NULL
-				RETURNING source_id, epoch),
-			rg AS (
-				INSERT INTO revocation_grants (revocation_id, source_id, grant_epoch)
-				SELECT $3, source_id, epoch FROM g RETURNING source_id)
-			SELECT g.source_id, so.name, g.epoch FROM g JOIN sources so ON so.id = g.source_id ORDER BY so.name`,
-			req.Principal, req.SourceID, rv.ID)
-		if err != nil {
+		if rv.Grants, err = revokeGrants(ctx, tx, req, rv.ID); err != nil {
 			return err
-		}
-		rv.Grants, err = pgx.CollectRows(rows, pgx.RowToStructByPos[RevokedGrant])
-		if err != nil {
-			return err
-		}
-		if len(rv.Grants) == 0 {
-			return &GrantError{Principal: req.Principal, SourceID: req.SourceID}
 		}
 		sources := make([]int64, len(rv.Grants))
 		for i, g := range rv.Grants {
@@ -251,70 +233,14 @@ func (s *Store) Revoke(ctx context.Context, req RevokeRequest) (Revocation, erro
 		}
 		// A new statement, so a new snapshot: it sees the lineage of every read that held the
 		// grant until the update above could take it.
-		rows, err = tx.Query(ctx, `
-			WITH lin AS (
-				UPDATE index_lineage l SET revocation_id = $1, invalidated_at = now()
-				WHERE l.principal = $2 AND l.source_id = ANY($3) AND l.revocation_id IS NULL
-				RETURNING l.id, l.index_name, l.source_id, l.uri, l.version_id, l.read_ordinal, l.digest, l.delivered_digest),
-			per AS (
-				SELECT lin.index_name, count(*) AS entries,
-				       jsonb_agg(jsonb_build_object('lineage', lin.id, 'source', so.name, 'uri', lin.uri,
-				           'version', lin.version_id, 'readOrdinal', lin.read_ordinal, 'digest', lin.digest,
-				           'deliveredDigest', lin.delivered_digest) ORDER BY lin.id) AS list
-				FROM lin JOIN sources so ON so.id = lin.source_id
-				GROUP BY lin.index_name),
-			ob AS (
-				INSERT INTO invalidation_outbox (kind, idempotency_key, principal, source_id, detail)
-				SELECT '`+OutboxIndexInvalidation+`', 'revocation/' || $1 || '/index/' || per.index_name, $2, $4,
-				       jsonb_build_object('revocation', $1::bigint, 'index', per.index_name, 'principal', $2::text,
-				           'entries', per.list)
-				FROM per ORDER BY per.index_name
-				RETURNING id, idempotency_key),
-			ri AS (
-				INSERT INTO revocation_indexes (revocation_id, index_name, entries, outbox_key)
-				SELECT $1, per.index_name, per.entries, 'revocation/' || $1 || '/index/' || per.index_name FROM per
-				RETURNING index_name)
-			SELECT per.index_name, per.entries::int, ob.idempotency_key, ob.id
-			FROM per JOIN ob ON ob.idempotency_key = 'revocation/' || $1 || '/index/' || per.index_name
-			ORDER BY per.index_name`, rv.ID, req.Principal, sources, rv.SourceID)
-		if err != nil {
+		if rv.Indexes, err = invalidateIndexes(ctx, tx, rv.ID, req.Principal, sources, rv.SourceID); err != nil {
 			return err
 		}
-		rv.Indexes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexInvalidation, error) {
-			var ix IndexInvalidation
-			err := r.Scan(&ix.Index, &ix.Entries, &ix.OutboxKey, &ix.OutboxID)
-			return ix, err
-		})
-		if err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `
-			WITH ins AS (
-				INSERT INTO revocation_subscriptions (revocation_id, subscription_id, workflow_id, state_at_revocation)
-				SELECT $1, s.id, s.workflow_id, s.state FROM subscriptions s
-				WHERE s.principal = $2 AND s.source_id = ANY($3) AND s.state <> 'CLOSED'
-				RETURNING subscription_id, workflow_id, state_at_revocation)
-			SELECT ins.subscription_id, ins.workflow_id, so.name, s.uri, ins.state_at_revocation
-			FROM ins JOIN subscriptions s ON s.id = ins.subscription_id JOIN sources so ON so.id = s.source_id
-			ORDER BY ins.subscription_id`, rv.ID, req.Principal, sources)
-		if err != nil {
-			return err
-		}
-		rv.Subscriptions, err = pgx.CollectRows(rows, pgx.RowToStructByPos[RevokedSubscription])
-		if err != nil {
+		if rv.Subscriptions, err = recordRevokedSubscriptions(ctx, tx, rv.ID, req.Principal, sources); err != nil {
 			return err
 		}
 		rv.OutboxKey = fmt.Sprintf("revocation/%d", rv.ID)
-		indexes := make([]string, len(rv.Indexes))
-		for i, ix := range rv.Indexes {
-			indexes[i] = ix.Index
-		}
-		_, err = tx.Exec(ctx, `
-			INSERT INTO invalidation_outbox (kind, idempotency_key, principal, source_id, detail)
-			VALUES ('`+OutboxRevocation+`', $1, $2, $3, jsonb_build_object('revocation', $4::bigint, 'principal', $2::text,
-				'sources', $5::bigint[], 'indexes', $6::text[], 'subscriptions', $7::int, 'reason', $8::text))`,
-			rv.OutboxKey, req.Principal, rv.SourceID, rv.ID, sources, indexes, len(rv.Subscriptions), req.Reason)
-		return err
+		return announceRevocation(ctx, tx, rv, sources)
 	})
 	if err != nil {
 		var ge *GrantError
@@ -324,6 +250,118 @@ func (s *Store) Revoke(ctx context.Context, req RevokeRequest) (Revocation, erro
 		return Revocation{}, fmt.Errorf("ledger: revoke %q: %w", req.Principal, err)
 	}
 	return rv, nil
+}
+
+// insertRevocation writes the revocation row, the first statement of Revoke's transaction.
+func insertRevocation(ctx context.Context, tx pgx.Tx, req RevokeRequest, sourceID *int64) (int64, time.Time, error) {
+	var id int64
+	var at time.Time
+	if err := tx.QueryRow(ctx, `INSERT INTO revocations (principal, source_id, reason) VALUES ($1, $2, $3)
+			RETURNING id, revoked_at`, req.Principal, sourceID, req.Reason).Scan(&id, &at); err != nil {
+		if isForeignKeyViolation(err) {
+			return 0, time.Time{}, fmt.Errorf("source %d: %w", req.SourceID, ErrNotFound)
+		}
+		return 0, time.Time{}, err
+	}
+	return id, at, nil
+}
+
+// revokeGrants revokes the principal's standing grants (the fence of Revoke): the UPDATE waits
+// for every read holding one. It fails with a *GrantError when none matches.
+func revokeGrants(ctx context.Context, tx pgx.Tx, req RevokeRequest, revocationID int64) ([]RevokedGrant, error) {
+	rows, err := tx.Query(ctx, `
+		WITH g AS (
+			UPDATE grants SET revoked_at = now(), revocation_id = $3
+			WHERE principal = $1 AND ($2 = 0 OR source_id = $2) AND revoked_at IS NULL
+			RETURNING source_id, epoch),
+		rg AS (
+			INSERT INTO revocation_grants (revocation_id, source_id, grant_epoch)
+			SELECT $3, source_id, epoch FROM g RETURNING source_id)
+		SELECT g.source_id, so.name, g.epoch FROM g JOIN sources so ON so.id = g.source_id ORDER BY so.name`,
+		req.Principal, req.SourceID, revocationID)
+	if err != nil {
+		return nil, err
+	}
+	grants, err := pgx.CollectRows(rows, pgx.RowToStructByPos[RevokedGrant])
+	if err != nil {
+		return nil, err
+	}
+	if len(grants) == 0 {
+		return nil, &GrantError{Principal: req.Principal, SourceID: req.SourceID}
+	}
+	return grants, nil
+}
+
+// invalidateIndexes stamps the principal's live lineage entries on sources with the
+// revocation and writes one outbox row per derived index listing them (R24).
+func invalidateIndexes(ctx context.Context, tx pgx.Tx, revocationID int64, principal string, sources []int64, sourceID *int64) ([]IndexInvalidation, error) {
+	rows, err := tx.Query(ctx, `
+		WITH lin AS (
+			UPDATE index_lineage l SET revocation_id = $1, invalidated_at = now()
+			WHERE l.principal = $2 AND l.source_id = ANY($3) AND l.revocation_id IS NULL
+			RETURNING l.id, l.index_name, l.source_id, l.uri, l.version_id, l.read_ordinal, l.digest, l.delivered_digest),
+		per AS (
+			SELECT lin.index_name, count(*) AS entries,
+			       jsonb_agg(jsonb_build_object('lineage', lin.id, 'source', so.name, 'uri', lin.uri,
+			           'version', lin.version_id, 'readOrdinal', lin.read_ordinal, 'digest', lin.digest,
+			           'deliveredDigest', lin.delivered_digest) ORDER BY lin.id) AS list
+			FROM lin JOIN sources so ON so.id = lin.source_id
+			GROUP BY lin.index_name),
+		ob AS (
+			INSERT INTO invalidation_outbox (kind, idempotency_key, principal, source_id, detail)
+			SELECT '`+OutboxIndexInvalidation+`', 'revocation/' || $1 || '/index/' || per.index_name, $2, $4,
+			       jsonb_build_object('revocation', $1::bigint, 'index', per.index_name, 'principal', $2::text,
+			           'entries', per.list)
+			FROM per ORDER BY per.index_name
+			RETURNING id, idempotency_key),
+		ri AS (
+			INSERT INTO revocation_indexes (revocation_id, index_name, entries, outbox_key)
+			SELECT $1, per.index_name, per.entries, 'revocation/' || $1 || '/index/' || per.index_name FROM per
+			RETURNING index_name)
+		SELECT per.index_name, per.entries::int, ob.idempotency_key, ob.id
+		FROM per JOIN ob ON ob.idempotency_key = 'revocation/' || $1 || '/index/' || per.index_name
+		ORDER BY per.index_name`, revocationID, principal, sources, sourceID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexInvalidation, error) {
+		var ix IndexInvalidation
+		err := r.Scan(&ix.Index, &ix.Entries, &ix.OutboxKey, &ix.OutboxID)
+		return ix, err
+	})
+}
+
+// recordRevokedSubscriptions records the principal's subscriptions on sources that are not
+// CLOSED, for the caller to signal through the close fence.
+func recordRevokedSubscriptions(ctx context.Context, tx pgx.Tx, revocationID int64, principal string, sources []int64) ([]RevokedSubscription, error) {
+	rows, err := tx.Query(ctx, `
+		WITH ins AS (
+			INSERT INTO revocation_subscriptions (revocation_id, subscription_id, workflow_id, state_at_revocation)
+			SELECT $1, s.id, s.workflow_id, s.state FROM subscriptions s
+			WHERE s.principal = $2 AND s.source_id = ANY($3) AND s.state <> 'CLOSED'
+			RETURNING subscription_id, workflow_id, state_at_revocation)
+		SELECT ins.subscription_id, ins.workflow_id, so.name, s.uri, ins.state_at_revocation
+		FROM ins JOIN subscriptions s ON s.id = ins.subscription_id JOIN sources so ON so.id = s.source_id
+		ORDER BY ins.subscription_id`, revocationID, principal, sources)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[RevokedSubscription])
+}
+
+// announceRevocation writes the outbox row announcing the revocation itself, the last
+// statement of Revoke's transaction.
+func announceRevocation(ctx context.Context, tx pgx.Tx, rv Revocation, sources []int64) error {
+	indexes := make([]string, len(rv.Indexes))
+	for i, ix := range rv.Indexes {
+		indexes[i] = ix.Index
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO invalidation_outbox (kind, idempotency_key, principal, source_id, detail)
+		VALUES ('`+OutboxRevocation+`', $1, $2, $3, jsonb_build_object('revocation', $4::bigint, 'principal', $2::text,
+			'sources', $5::bigint[], 'indexes', $6::text[], 'subscriptions', $7::int, 'reason', $8::text))`,
+		rv.OutboxKey, rv.Principal, rv.SourceID, rv.ID, sources, indexes, len(rv.Subscriptions), rv.Reason)
+	return err
 }
 
 // OpenSubscriptionsOf returns the subscriptions of principal (on one source, or all when
@@ -396,8 +434,8 @@ func isForeignKeyViolation(err error) bool {
 
 // SubscriptionStates returns the current state of each subscription in ids; ids that do not
 // exist are absent from the map.
-func (s *Store) SubscriptionStates(ctx context.Context, ids []int64) (map[int64]State, error) {
-	out := make(map[int64]State, len(ids))
+func (s *Store) SubscriptionStates(ctx context.Context, ids []int64) (map[int64]mcpsync.State, error) {
+	out := make(map[int64]mcpsync.State, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
@@ -406,7 +444,7 @@ func (s *Store) SubscriptionStates(ctx context.Context, ids []int64) (map[int64]
 		return nil, fmt.Errorf("ledger: subscription states: %w", err)
 	}
 	var id int64
-	var st State
+	var st mcpsync.State
 	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error {
 		out[id] = st
 		return nil

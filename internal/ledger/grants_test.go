@@ -12,8 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 // grantWorld is a source with a live session on which principals subscribe and versions are
@@ -36,7 +37,7 @@ func newGrantWorld(t *testing.T) *grantWorld {
 	if _, err := w.st.ClaimSources(ctx, "host-g", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	sess, _, err := w.st.OpenSession(ctx, w.src.ID, "host-g", ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true})
+	sess, _, err := w.st.OpenSession(ctx, w.src.ID, "host-g", ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, Subscribe: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func (w *grantWorld) subscribe(principal, uri string) ledger.Subscription {
 		w.t.Fatal(err)
 	}
 	for _, step := range []func(context.Context, int64, int64, int64) (ledger.TransitionResult, error){w.st.BeginSubscribe, w.st.Activate} {
-		if r, err := step(w.ctx, sub.ID, sub.Generation, w.sess.Generation); err != nil || r.Outcome != ledger.Transitioned {
+		if r, err := step(w.ctx, sub.ID, sub.Generation, w.sess.Generation); err != nil || r.Outcome != mcpsync.OutcomeTransitioned {
 			w.t.Fatalf("activate %s: %+v %v", uri, r, err)
 		}
 	}
@@ -82,8 +83,8 @@ func (w *grantWorld) publish(sub ledger.Subscription, body, mimeType string) {
 	w.reqs++
 	req := fmt.Sprintf("req-%d", w.reqs)
 	d, err := w.st.AllocateReadOrdinal(w.ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
-		SessionGeneration: w.sess.Generation, URI: sub.URI, RequestID: req, Reason: ledger.ReasonNotification})
-	if err != nil || d.Outcome != ledger.Allocated {
+		SessionGeneration: w.sess.Generation, URI: sub.URI, RequestID: req, Reason: mcpsync.ReasonNotification})
+	if err != nil || d.Outcome != mcpsync.OutcomeAllocated {
 		w.t.Fatalf("allocate: %+v %v", d, err)
 	}
 	digest, err := w.st.PutBlob(w.ctx, []byte(body), mimeType)
@@ -93,7 +94,7 @@ func (w *grantWorld) publish(sub ledger.Subscription, body, mimeType string) {
 	r, err := w.st.AcceptResourceVersion(w.ctx, ledger.AcceptRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
 		SessionGeneration: w.sess.Generation, URI: sub.URI, Ordinal: d.Ordinal, RequestID: req,
 		Version: ledger.VersionInfo{MIMEType: mimeType, Digest: digest, Size: int64(len(body))}})
-	if err != nil || r.Outcome != ledger.Accepted {
+	if err != nil || r.Outcome != mcpsync.OutcomeAccepted {
 		w.t.Fatalf("accept: %+v %v", r, err)
 	}
 }
@@ -260,7 +261,7 @@ func TestReadThroughGrantAndGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.State != ledger.StateActive || res.Refresh != "notify" || res.StalenessBoundSeconds != 36 || res.Version.ReadOrdinal != 2 {
+	if res.State != mcpsync.StateActive || res.Refresh != "notify" || res.StalenessBoundSeconds != 36 || res.Version.ReadOrdinal != 2 {
 		t.Errorf("freshness: state %s refresh %q bound %d ordinal %d, want ACTIVE notify 36 2", res.State, res.Refresh, res.StalenessBoundSeconds, res.Version.ReadOrdinal)
 	}
 }

@@ -9,8 +9,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -52,7 +53,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) openSession() {
 	f.t.Helper()
-	sess, _, err := f.st.OpenSession(f.ctx, f.src.ID, f.queue, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true})
+	sess, _, err := f.st.OpenSession(f.ctx, f.src.ID, f.queue, ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, Subscribe: true})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func (f *fixture) activate() {
 	f.t.Helper()
 	for _, step := range []func(context.Context, int64, int64, int64) (ledger.TransitionResult, error){f.st.BeginSubscribe, f.st.Activate} {
 		r, err := step(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation)
-		if err != nil || r.Outcome != ledger.Transitioned {
+		if err != nil || r.Outcome != mcpsync.OutcomeTransitioned {
 			f.t.Fatalf("activate: %+v %v", r, err)
 		}
 	}
@@ -85,7 +86,7 @@ func (f *fixture) dispatch(req string) ledger.Dispatch {
 	f.t.Helper()
 	d, err := f.st.AllocateReadOrdinal(f.ctx, ledger.AllocateRequest{
 		SubscriptionID: f.sub.ID, Generation: f.sub.Generation, SessionGeneration: f.sess.Generation,
-		URI: testURI, RequestID: req, Reason: ledger.ReasonNotification,
+		URI: testURI, RequestID: req, Reason: mcpsync.ReasonNotification,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -132,12 +133,12 @@ func TestAcceptOrdinalsFiveAndSix(t *testing.T) {
 	tests := []struct {
 		name        string
 		order       []int64
-		want        []ledger.Outcome
+		want        []mcpsync.Outcome
 		wantVersion []int64
 		wantDigest  string
 	}{
-		{"six first, five late", []int64{6, 5}, []ledger.Outcome{ledger.Accepted, ledger.Stale}, []int64{6}, "body-6"},
-		{"five first, then six", []int64{5, 6}, []ledger.Outcome{ledger.Accepted, ledger.Accepted}, []int64{5, 6}, "body-6"},
+		{"six first, five late", []int64{6, 5}, []mcpsync.Outcome{mcpsync.OutcomeAccepted, mcpsync.OutcomeStale}, []int64{6}, "body-6"},
+		{"five first, then six", []int64{5, 6}, []mcpsync.Outcome{mcpsync.OutcomeAccepted, mcpsync.OutcomeAccepted}, []int64{5, 6}, "body-6"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,12 +147,12 @@ func TestAcceptOrdinalsFiveAndSix(t *testing.T) {
 			reqs := map[int64]string{}
 			for _, n := range []int64{5, 6} {
 				req := fmt.Sprintf("read-%d", n)
-				if d := f.dispatch(req); d.Outcome != ledger.Allocated || d.Ordinal != n {
+				if d := f.dispatch(req); d.Outcome != mcpsync.OutcomeAllocated || d.Ordinal != n {
 					t.Fatalf("dispatch %d: %+v", n, d)
 				}
 				reqs[n] = req
 			}
-			var got []ledger.Outcome
+			var got []mcpsync.Outcome
 			for _, n := range tt.order {
 				got = append(got, f.accept(n, reqs[n], fmt.Sprintf("body-%d", n)).Outcome)
 			}
@@ -186,11 +187,11 @@ func TestAcceptAfterCloseFence(t *testing.T) {
 	f := newFixture(t)
 	before := f.dispatch("before-close")
 	accepted := f.accept(f.dispatch("accepted").Ordinal, "accepted", "v1")
-	if accepted.Outcome != ledger.Accepted {
+	if accepted.Outcome != mcpsync.OutcomeAccepted {
 		t.Fatalf("accept before close: %+v", accepted)
 	}
 	cr, err := f.st.BeginUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, "test")
-	if err != nil || cr.Outcome != ledger.Transitioned {
+	if err != nil || cr.Outcome != mcpsync.OutcomeTransitioned {
 		t.Fatalf("begin unsubscribe: %+v %v", cr, err)
 	}
 	if cr.CloseOrdinal != 2 {
@@ -199,15 +200,15 @@ func TestAcceptAfterCloseFence(t *testing.T) {
 	versions, outbox := f.count("resource_versions"), f.count("invalidation_outbox")
 
 	late := f.accept(before.Ordinal, "before-close", "late content")
-	if late.Outcome != ledger.StaleAfterClose {
+	if late.Outcome != mcpsync.OutcomeStaleAfterClose {
 		t.Errorf("late content outcome = %s, want STALE_AFTER_CLOSE", late.Outcome)
 	}
 	nf, err := f.st.RecordNotFound(f.ctx, ledger.NotFoundRequest{SubscriptionID: f.sub.ID, Generation: f.sub.Generation,
 		SessionGeneration: f.sess.Generation, URI: testURI, Ordinal: before.Ordinal, RequestID: "before-close"})
-	if err != nil || nf != ledger.StaleAfterClose {
+	if err != nil || nf != mcpsync.OutcomeStaleAfterClose {
 		t.Errorf("late not-found outcome = %s, %v; want STALE_AFTER_CLOSE", nf, err)
 	}
-	if d := f.dispatch("after-close"); d.Outcome != ledger.NotActive {
+	if d := f.dispatch("after-close"); d.Outcome != mcpsync.OutcomeNotActive {
 		t.Errorf("allocation after close = %+v, want NOT_ACTIVE", d)
 	}
 	if got := f.count("resource_versions"); got != versions {
@@ -216,7 +217,7 @@ func TestAcceptAfterCloseFence(t *testing.T) {
 	if got := f.count("invalidation_outbox"); got != outbox {
 		t.Errorf("outbox rows after close: %d, want %d", got, outbox)
 	}
-	if sub := f.refresh(); sub.State != ledger.StateUnsubscribing || sub.LastAcceptedOrdinal != 2 {
+	if sub := f.refresh(); sub.State != mcpsync.StateUnsubscribing || sub.LastAcceptedOrdinal != 2 {
 		t.Errorf("after late answers: state %s watermark %d", sub.State, sub.LastAcceptedOrdinal)
 	}
 	var staleReceipts int
@@ -227,13 +228,13 @@ func TestAcceptAfterCloseFence(t *testing.T) {
 		t.Errorf("STALE_AFTER_CLOSE receipts = %d, want 2 (content and not-found)", staleReceipts)
 	}
 	// Neither way out of closing leads back to ACTIVE (R20).
-	if r, _ := f.st.MarkUnsubscribeUnknown(f.ctx, f.sub.ID, f.sub.Generation, cr.CloseEpoch, "ack lost"); r.State != ledger.StateUnsubscribeUnknown {
+	if r, _ := f.st.MarkUnsubscribeUnknown(f.ctx, f.sub.ID, f.sub.Generation, cr.CloseEpoch, "ack lost"); r.State != mcpsync.StateUnsubscribeUnknown {
 		t.Errorf("mark unknown: %+v", r)
 	}
-	if r, _ := f.st.Activate(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation); r.Outcome != ledger.Refused {
+	if r, _ := f.st.Activate(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation); r.Outcome != mcpsync.OutcomeRefused {
 		t.Errorf("activate from UNSUBSCRIBE_UNKNOWN: %+v, want REFUSED", r)
 	}
-	if r, _ := f.st.CompleteUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, cr.CloseEpoch); r.State != ledger.StateClosed {
+	if r, _ := f.st.CompleteUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, cr.CloseEpoch); r.State != mcpsync.StateClosed {
 		t.Errorf("complete: %+v", r)
 	}
 }
@@ -245,21 +246,21 @@ func TestAcceptIdempotencyAndRefusals(t *testing.T) {
 	d := f.dispatch("r1")
 	first := f.accept(d.Ordinal, "r1", "v1")
 	again := f.accept(d.Ordinal, "r1", "v1")
-	if first.Outcome != ledger.Accepted || again != first {
+	if first.Outcome != mcpsync.OutcomeAccepted || again != first {
 		t.Errorf("replay: first %+v, again %+v", first, again)
 	}
-	if dup := f.accept(d.Ordinal, "r1", "other body"); dup.Outcome != ledger.Duplicate {
+	if dup := f.accept(d.Ordinal, "r1", "other body"); dup.Outcome != mcpsync.OutcomeDuplicate {
 		t.Errorf("second response: %s, want DUPLICATE", dup.Outcome)
 	}
-	if nd := f.accept(d.Ordinal, "forged", "v1"); nd.Outcome != ledger.NotDispatched {
+	if nd := f.accept(d.Ordinal, "forged", "v1"); nd.Outcome != mcpsync.OutcomeNotDispatched {
 		t.Errorf("forged request: %s, want NOT_DISPATCHED", nd.Outcome)
 	}
-	if nd := f.accept(99, "r99", "v1"); nd.Outcome != ledger.NotDispatched {
+	if nd := f.accept(99, "r99", "v1"); nd.Outcome != mcpsync.OutcomeNotDispatched {
 		t.Errorf("unissued ordinal: %s, want NOT_DISPATCHED", nd.Outcome)
 	}
 	// Same digest again at a higher ordinal: revalidation, no new version or invalidation.
 	d2 := f.dispatch("r2")
-	if r := f.accept(d2.Ordinal, "r2", "v1"); r.Outcome != ledger.Revalidated {
+	if r := f.accept(d2.Ordinal, "r2", "v1"); r.Outcome != mcpsync.OutcomeRevalidated {
 		t.Errorf("same content: %s, want REVALIDATED", r.Outcome)
 	}
 	if v, o := f.count("resource_versions"), f.count("invalidation_outbox"); v != 1 || o != 1 {
@@ -285,25 +286,25 @@ func TestNewSessionFencesOldReads(t *testing.T) {
 	old := f.dispatch("old-session")
 	oldSess := f.sess
 	f.openSession()
-	if sub := f.refresh(); sub.State != ledger.StateReconciliationRequired {
+	if sub := f.refresh(); sub.State != mcpsync.StateReconciliationRequired {
 		t.Fatalf("after new session: %s, want RECONCILIATION_REQUIRED", sub.State)
 	}
 	f.sess = oldSess
-	if r := f.accept(old.Ordinal, "old-session", "old"); r.Outcome != ledger.Stale && r.Outcome != ledger.OldSession {
+	if r := f.accept(old.Ordinal, "old-session", "old"); r.Outcome != mcpsync.OutcomeStale && r.Outcome != mcpsync.OutcomeOldSession {
 		t.Errorf("old-session read: %s", r.Outcome)
 	}
-	if d := f.dispatch("old-again"); d.Outcome != ledger.OldSession {
+	if d := f.dispatch("old-again"); d.Outcome != mcpsync.OutcomeOldSession {
 		t.Errorf("allocation on old session: %s, want OLD_SESSION", d.Outcome)
 	}
 	f.sess.Generation++
 	f.activate()
 	d := f.dispatch("new-session")
-	if r := f.accept(d.Ordinal, "new-session", "new"); r.Outcome != ledger.Accepted {
+	if r := f.accept(d.Ordinal, "new-session", "new"); r.Outcome != mcpsync.OutcomeAccepted {
 		t.Errorf("new-session read: %s, want ACCEPTED", r.Outcome)
 	}
 	// A notification stamped with the old generation is audited, never routed.
 	targets, audit, err := f.st.RecordNotification(f.ctx, ledger.Notification{SourceID: f.src.ID, SessionGeneration: oldSess.Generation, Seq: 1, URI: testURI})
-	if err != nil || len(targets) != 0 || audit != ledger.AuditNotificationOldSession {
+	if err != nil || len(targets) != 0 || audit != mcpsync.ReceiptNotificationOld {
 		t.Errorf("old-session notification: targets %v audit %q err %v", targets, audit, err)
 	}
 	targets, _, err = f.st.RecordNotification(f.ctx, ledger.Notification{SourceID: f.src.ID, SessionGeneration: f.sess.Generation, Seq: 1, URI: testURI})
@@ -325,7 +326,7 @@ func TestReopenKeepsWatermark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sub.Generation != oldGen+1 || sub.State != ledger.StateDiscovered || sub.LastAcceptedOrdinal != 2 {
+	if sub.Generation != oldGen+1 || sub.State != mcpsync.StateDiscovered || sub.LastAcceptedOrdinal != 2 {
 		t.Fatalf("reopened: generation %d state %s watermark %d", sub.Generation, sub.State, sub.LastAcceptedOrdinal)
 	}
 	f.sub = sub
@@ -333,7 +334,7 @@ func TestReopenKeepsWatermark(t *testing.T) {
 	r, err := f.st.AcceptResourceVersion(f.ctx, ledger.AcceptRequest{SubscriptionID: sub.ID, Generation: oldGen,
 		SessionGeneration: f.sess.Generation, URI: testURI, Ordinal: d.Ordinal, RequestID: "g1-late",
 		Version: ledger.VersionInfo{Digest: ledger.Digest([]byte("x"))}})
-	if err != nil || r.Outcome != ledger.OldGeneration {
+	if err != nil || r.Outcome != mcpsync.OutcomeOldGeneration {
 		t.Errorf("late read of the old generation: %+v %v, want OLD_GENERATION", r, err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // Guard verdict outcomes as the ledger stores them.
@@ -120,7 +122,7 @@ type ReadResult struct {
 	GrantEpoch     int64
 	SubscriptionID int64
 	SourceName     string
-	State          State
+	State          mcpsync.State
 	StateReason    string
 	LastVerifiedAt *time.Time
 	// Refresh is how the subscription learns of changes while its session is live: "notify"
@@ -285,8 +287,8 @@ func (s *Store) readOnce(ctx context.Context, req ReadRequest) (ReadResult, erro
 	if r.subID == nil {
 		return res, fmt.Errorf("ledger: no subscription of %q to %s on %s: %w", req.Principal, req.URI, res.SourceName, ErrNotFound)
 	}
-	res.SubscriptionID, res.State, res.StateReason, res.LastVerifiedAt = *r.subID, State(*r.state), *r.reason, r.verified
-	if (res.State == StateActive || res.State == StateTombstonePending) && r.sessGen != nil && *r.sessGen == deref(r.subSessGen) {
+	res.SubscriptionID, res.State, res.StateReason, res.LastVerifiedAt = *r.subID, mcpsync.State(*r.state), *r.reason, r.verified
+	if (res.State == mcpsync.StateActive || res.State == mcpsync.StateTombstonePending) && r.sessGen != nil && *r.sessGen == deref(r.subSessGen) {
 		period := deref(r.poll)
 		res.Refresh = "poll"
 		if deref(r.capSubscribe) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // Notification is a notifications/resources/updated as the session host saw it: the session
@@ -23,17 +25,11 @@ type NotificationTarget struct {
 	SubscriptionID int64
 	WorkflowID     string
 	Generation     int64
-	State          State
+	State          mcpsync.State
 }
 
-// Audit kinds written for notifications that cause no action.
-const (
-	AuditNotificationOldSession  = "NOTIFICATION_OLD_SESSION"
-	AuditNotificationUnmatched   = "NOTIFICATION_UNMATCHED"
-	AuditNotificationAfterClose  = "NOTIFICATION_AFTER_CLOSE"
-	AuditNotificationOutOfOrder  = "NOTIFICATION_OUT_OF_ORDER"
-	auditNotificationRecordedFmt = "notification/%d/%d/%d"
-)
+// auditNotificationRecordedFmt is the idempotency key of a notification's audit receipt.
+const auditNotificationRecordedFmt = "notification/%d/%d/%d"
 
 // RecordNotification matches a notification to the subscriptions of its source and URI and
 // records (session generation, sequence) on each, in one statement, only when the notification
@@ -41,7 +37,7 @@ const (
 // returns the subscriptions to signal. A notification that matches none is not dropped
 // silently: one audit receipt says why (old session, unknown URI, closed subscription, or a
 // sequence number already seen) and the returned audit kind names it.
-func (s *Store) RecordNotification(ctx context.Context, n Notification) (targets []NotificationTarget, audit string, err error) {
+func (s *Store) RecordNotification(ctx context.Context, n Notification) (targets []NotificationTarget, audit mcpsync.ReceiptKind, err error) {
 	rows, err := s.pool.Query(ctx, `
 		UPDATE subscriptions s SET last_notification_gen = $2, last_notification_seq = $3
 		FROM sources so
@@ -69,13 +65,13 @@ func (s *Store) RecordNotification(ctx context.Context, n Notification) (targets
 	}
 	switch {
 	case n.SessionGeneration != current:
-		audit = AuditNotificationOldSession
+		audit = mcpsync.ReceiptNotificationOld
 	case total == 0:
-		audit = AuditNotificationUnmatched
+		audit = mcpsync.ReceiptNotificationUnknown
 	case open == 0:
-		audit = AuditNotificationAfterClose
+		audit = mcpsync.ReceiptNotificationClosed
 	default:
-		audit = AuditNotificationOutOfOrder
+		audit = mcpsync.ReceiptNotificationOrder
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, session_generation, uri, detail)
 		VALUES ($1, $2, $3, $4, $5, jsonb_build_object('seq', $6::bigint, 'server_uri', $7::text, 'current_generation', $8::bigint))
@@ -89,7 +85,7 @@ func (s *Store) RecordNotification(ctx context.Context, n Notification) (targets
 }
 
 // AuditCount returns how many receipts of kind exist for a source (0 = all sources).
-func (s *Store) AuditCount(ctx context.Context, sourceID int64, kind string) (int, error) {
+func (s *Store) AuditCount(ctx context.Context, sourceID int64, kind mcpsync.ReceiptKind) (int, error) {
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM receipts WHERE kind = $1 AND ($2 = 0 OR source_id = $2)`, kind, sourceID).Scan(&n)
 	if err != nil {
@@ -98,19 +94,16 @@ func (s *Store) AuditCount(ctx context.Context, sourceID int64, kind string) (in
 	return n, nil
 }
 
-// AuditNotificationMalformedURI is the audit kind of a notification whose URI cannot be parsed.
-const AuditNotificationMalformedURI = "NOTIFICATION_MALFORMED_URI"
-
 // AuditMalformedNotification records a notification whose URI could not be normalized: it
 // matches nothing and causes no action, but it is not dropped silently.
-func (s *Store) AuditMalformedNotification(ctx context.Context, sourceID, sessionGen, seq int64, serverURI, problem string) (string, error) {
+func (s *Store) AuditMalformedNotification(ctx context.Context, sourceID, sessionGen, seq int64, serverURI, problem string) (mcpsync.ReceiptKind, error) {
 	_, err := s.pool.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, session_generation, uri, detail)
 		VALUES ($1, $2, $3, $4, $5, jsonb_build_object('seq', $6::bigint, 'problem', $7::text))
 		ON CONFLICT (idem_key) DO NOTHING`,
-		fmt.Sprintf(auditNotificationRecordedFmt, sourceID, sessionGen, seq), AuditNotificationMalformedURI,
+		fmt.Sprintf(auditNotificationRecordedFmt, sourceID, sessionGen, seq), mcpsync.ReceiptNotificationMalformedURI,
 		sourceID, sessionGen, serverURI, seq, problem)
 	if err != nil {
 		return "", fmt.Errorf("ledger: audit malformed notification: %w", err)
 	}
-	return AuditNotificationMalformedURI, nil
+	return mcpsync.ReceiptNotificationMalformedURI, nil
 }

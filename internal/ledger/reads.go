@@ -2,12 +2,9 @@ package ledger
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/mcpsync/mcpsync"
 )
 
 // AllocateRequest asks for the next readOrdinal of a subscription (R14).
@@ -17,14 +14,14 @@ type AllocateRequest struct {
 	SessionGeneration int64
 	URI               string // normalized
 	RequestID         string // unique per subscription; replaying it returns the first outcome
-	Reason            ReadReason
+	Reason            mcpsync.ReadReason
 }
 
 // Dispatch is the result of AllocateReadOrdinal. Ordinal is set only when Outcome is Allocated.
 type Dispatch struct {
-	Outcome Outcome
+	Outcome mcpsync.Outcome
 	Ordinal int64
-	State   State // the subscription's state when the outcome was first decided
+	State   mcpsync.State // the subscription's state when the outcome was first decided
 }
 
 func (req AllocateRequest) idemKey() string {
@@ -114,7 +111,7 @@ func (s *Store) allocateOnce(ctx context.Context, req AllocateRequest) (Dispatch
 	}
 	switch {
 	case issued != nil:
-		return Dispatch{Outcome: Allocated, Ordinal: *issued, State: StateActive}, nil
+		return Dispatch{Outcome: mcpsync.OutcomeAllocated, Ordinal: *issued, State: mcpsync.StateActive}, nil
 	case priorKind != nil:
 		return priorDispatch(*priorKind, priorOrdinal, priorState), nil
 	case refusedKind != nil:
@@ -134,12 +131,12 @@ func (s *Store) allocateOnce(ctx context.Context, req AllocateRequest) (Dispatch
 
 // priorDispatch rebuilds the first outcome of an allocation from its receipt.
 func priorDispatch(kind string, ordinal *int64, state *string) Dispatch {
-	d := Dispatch{Outcome: Outcome(kind)}
-	if ordinal != nil && d.Outcome == Allocated {
+	d := Dispatch{Outcome: mcpsync.Outcome(kind)}
+	if ordinal != nil && d.Outcome == mcpsync.OutcomeAllocated {
 		d.Ordinal = *ordinal
 	}
 	if state != nil {
-		d.State = State(*state)
+		d.State = mcpsync.State(*state)
 	}
 	return d
 }
@@ -181,7 +178,7 @@ type AcceptRequest struct {
 
 // AcceptResult is the outcome of AcceptResourceVersion; VersionID is set for Accepted.
 type AcceptResult struct {
-	Outcome   Outcome
+	Outcome   mcpsync.Outcome
 	VersionID int64
 }
 
@@ -318,7 +315,7 @@ func (s *Store) acceptOnce(ctx context.Context, req AcceptRequest) (AcceptResult
 		if err != nil {
 			return AcceptResult{}, err
 		}
-		if Outcome(*kind) == Accepted {
+		if mcpsync.Outcome(*kind) == mcpsync.OutcomeAccepted {
 			err := s.pool.QueryRow(ctx, `SELECT id FROM resource_versions WHERE subscription_id = $1 AND read_ordinal = $2`,
 				req.SubscriptionID, req.Ordinal).Scan(&versionID)
 			if err != nil {
@@ -326,7 +323,7 @@ func (s *Store) acceptOnce(ctx context.Context, req AcceptRequest) (AcceptResult
 			}
 		}
 	}
-	res := AcceptResult{Outcome: Outcome(*kind)}
+	res := AcceptResult{Outcome: mcpsync.Outcome(*kind)}
 	if versionID != nil {
 		res.VersionID = *versionID
 	}
@@ -394,11 +391,11 @@ var notFoundSQL = `
 // leaves a STALE_AFTER_CLOSE receipt (R19); other refusals are labelled as for accepts, each
 // with one receipt. The idempotency key is (subscription, ordinal, request ID): replaying it
 // returns the first outcome and writes nothing.
-func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (Outcome, error) {
+func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (mcpsync.Outcome, error) {
 	if req.RequestID == "" {
 		return "", fmt.Errorf("ledger: record not found: empty request ID: %w", ErrInvalid)
 	}
-	out, err := retryOnConflict(func() (Outcome, error) {
+	out, err := retryOnConflict(func() (mcpsync.Outcome, error) {
 		var kind *string
 		var exists bool
 		err := s.pool.QueryRow(ctx, notFoundSQL,
@@ -412,129 +409,10 @@ func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (Outcom
 				return "", err
 			}
 		}
-		return Outcome(*kind), nil
+		return mcpsync.Outcome(*kind), nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("ledger: not-found for ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
-	}
-	return out, nil
-}
-
-// Digest returns the content digest mcpsync uses everywhere: "sha256:" and the lower-case hex
-// SHA-256 of body.
-func Digest(body []byte) string {
-	sum := sha256.Sum256(body)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// PutBlob stores body under its digest (content-addressed; storing it twice is a no-op) and
-// returns the digest.
-func (s *Store) PutBlob(ctx context.Context, body []byte, mimeType string) (string, error) {
-	d := Digest(body)
-	if body == nil {
-		body = []byte{}
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO content_blobs (digest, mime_type, size, body) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (digest) DO NOTHING`, d, mimeType, len(body), body)
-	if err != nil {
-		return "", fmt.Errorf("ledger: put blob: %w", err)
-	}
-	return d, nil
-}
-
-// Blob returns the body stored under digest, or ErrNotFound.
-func (s *Store) Blob(ctx context.Context, digest string) ([]byte, error) {
-	var body []byte
-	if err := s.pool.QueryRow(ctx, `SELECT body FROM content_blobs WHERE digest = $1`, digest).Scan(&body); err != nil {
-		return nil, notFound(err, "ledger: blob "+digest)
-	}
-	return body, nil
-}
-
-// Version is a stored resourceVersion.v1 (R15).
-type Version struct {
-	ID                int64
-	SubscriptionID    int64
-	Principal         string
-	SourceID          int64
-	URI               string
-	Kind              string // "content" or "tombstone"
-	MIMEType          string
-	Digest            string
-	Size              int64
-	ReadOrdinal       int64
-	Generation        int64
-	SessionGeneration int64
-	RequestID         string
-	AuthSubject       string
-	ServerName        string
-	ServerVersion     string
-	LastModified      string
-	AcceptedAt        time.Time
-}
-
-const versionColumns = `id, subscription_id, principal, source_id, uri, kind, mime_type,
-	coalesce(digest, ''), size, read_ordinal, generation, session_generation, request_id,
-	auth_subject, server_name, server_version, coalesce(last_modified, ''), accepted_at`
-
-func scanVersion(row pgx.Row) (Version, error) {
-	var v Version
-	err := row.Scan(&v.ID, &v.SubscriptionID, &v.Principal, &v.SourceID, &v.URI, &v.Kind,
-		&v.MIMEType, &v.Digest, &v.Size, &v.ReadOrdinal, &v.Generation, &v.SessionGeneration,
-		&v.RequestID, &v.AuthSubject, &v.ServerName, &v.ServerVersion, &v.LastModified, &v.AcceptedAt)
-	return v, err
-}
-
-// LatestVersion returns the newest accepted version (or tombstone) of a subscription, or
-// ErrNotFound when none was ever accepted.
-func (s *Store) LatestVersion(ctx context.Context, subscriptionID int64) (Version, error) {
-	v, err := scanVersion(s.pool.QueryRow(ctx, `SELECT `+versionColumns+` FROM resource_versions
-		WHERE subscription_id = $1 ORDER BY read_ordinal DESC LIMIT 1`, subscriptionID))
-	if err != nil {
-		return Version{}, notFound(err, fmt.Sprintf("ledger: version of subscription %d", subscriptionID))
-	}
-	return v, nil
-}
-
-// Versions returns every accepted version of a subscription in acceptance order.
-func (s *Store) Versions(ctx context.Context, subscriptionID int64) ([]Version, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+versionColumns+` FROM resource_versions
-		WHERE subscription_id = $1 ORDER BY id`, subscriptionID)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: versions of subscription %d: %w", subscriptionID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Version, error) { return scanVersion(r) })
-	if err != nil {
-		return nil, fmt.Errorf("ledger: versions of subscription %d: %w", subscriptionID, err)
-	}
-	return out, nil
-}
-
-// Receipt is one recorded outcome or audited event.
-type Receipt struct {
-	ID                int64
-	Kind              string
-	SubscriptionID    *int64
-	Generation        *int64
-	SessionGeneration *int64
-	ReadOrdinal       *int64
-	RequestID         string
-	URI               string
-	Digest            string
-	CreatedAt         time.Time
-}
-
-// Receipts returns the receipts of a subscription in the order they were written.
-func (s *Store) Receipts(ctx context.Context, subscriptionID int64) ([]Receipt, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, kind, subscription_id, generation, session_generation,
-			read_ordinal, coalesce(request_id, ''), coalesce(uri, ''), coalesce(digest, ''), created_at
-		FROM receipts WHERE subscription_id = $1 ORDER BY id`, subscriptionID)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: receipts of subscription %d: %w", subscriptionID, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Receipt])
-	if err != nil {
-		return nil, fmt.Errorf("ledger: receipts of subscription %d: %w", subscriptionID, err)
 	}
 	return out, nil
 }

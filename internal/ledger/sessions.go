@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // CapabilityReceipt is what a session negotiated (R1): the protocol version, the resources
@@ -39,7 +41,7 @@ type Session struct {
 type LiveSubscription struct {
 	ID         int64
 	WorkflowID string
-	State      State
+	State      mcpsync.State
 }
 
 // OpenSession allocates the next session generation of a source for a new connection and
@@ -146,8 +148,8 @@ func (s *Store) EndSession(ctx context.Context, sourceID, generation int64, reas
 // reconciliation, in-flight or unknown unsubscribes are CLOSED (R20). It returns Transitioned;
 // AlreadyDone when that session had already ended; OldSession when a newer session superseded
 // it; Refused for a generation the source never had. Only Transitioned writes anything.
-func (s *Store) CloseSession(ctx context.Context, sourceID, generation int64, reason string) (Outcome, error) {
-	var out Outcome
+func (s *Store) CloseSession(ctx context.Context, sourceID, generation int64, reason string) (mcpsync.Outcome, error) {
+	var out mcpsync.Outcome
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE sessions se SET ended_at = now(), end_reason = $3
 			FROM sources so
@@ -166,15 +168,15 @@ func (s *Store) CloseSession(ctx context.Context, sourceID, generation int64, re
 			}
 			switch {
 			case !exists:
-				out = Refused
+				out = mcpsync.OutcomeRefused
 			case generation < current:
-				out = OldSession
+				out = mcpsync.OutcomeOldSession
 			default:
-				out = AlreadyDone
+				out = mcpsync.OutcomeAlreadyDone
 			}
 			return nil
 		}
-		out = Transitioned
+		out = mcpsync.OutcomeTransitioned
 		if _, err := tx.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, session_generation, detail)
 			VALUES ($1, 'SESSION_ENDED', $2, $3, jsonb_build_object('reason', $4::text))`,
 			fmt.Sprintf("session-end/%d/%d", sourceID, generation), sourceID, generation, reason); err != nil {

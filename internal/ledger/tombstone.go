@@ -6,34 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// TombstoneRefusal says why ConfirmTombstone did not confirm a deletion.
-type TombstoneRefusal string
-
-// Tombstone refusals, in the order ConfirmTombstone labels them.
-const (
-	// TombstoneOldGeneration: the request carries another subscription generation.
-	TombstoneOldGeneration TombstoneRefusal = "OLD_GENERATION"
-	// TombstoneNotPending: the subscription is not TOMBSTONE_PENDING (any more).
-	TombstoneNotPending TombstoneRefusal = "NOT_TOMBSTONE_PENDING"
-	// TombstoneNoCatalog: no such catalog.
-	TombstoneNoCatalog TombstoneRefusal = "NO_CATALOG"
-	// TombstoneOtherSource: the catalog is of another source.
-	TombstoneOtherSource TombstoneRefusal = "OTHER_SOURCE"
-	// TombstoneOtherSession: the catalog was listed on another session generation than the
-	// one the subscription (and its not-found read) lives on.
-	TombstoneOtherSession TombstoneRefusal = "OTHER_SESSION"
-	// TombstoneNotReconciled: the catalog is RECONCILIATION_REQUIRED.
-	TombstoneNotReconciled TombstoneRefusal = "CATALOG_NOT_RECONCILED"
-	// TombstoneInvalidated: a list_changed invalidated the catalog.
-	TombstoneInvalidated TombstoneRefusal = "CATALOG_INVALIDATED"
-	// TombstoneScanTooEarly: the catalog's rounds started before the not-found read was
-	// dispatched, so they cannot speak for the deletion.
-	TombstoneScanTooEarly TombstoneRefusal = "SCAN_BEFORE_READ"
-	// TombstoneResourcePresent: the catalog lists the URI: the resource exists again; restore
-	// the subscription (RestoreFromTombstone) and read it.
-	TombstoneResourcePresent TombstoneRefusal = "RESOURCE_PRESENT"
+	"github.com/mcpsync/mcpsync"
 )
 
 // ConfirmTombstoneRequest confirms the deletion of a TOMBSTONE_PENDING subscription's resource
@@ -53,9 +27,9 @@ func (r ConfirmTombstoneRequest) idemKey() string {
 // CloseEpoch, and a tombstone version (VersionID, at ReadOrdinal) and a 'tombstone'
 // invalidation were written. Refused: Refusal says why and nothing changed.
 type TombstoneResult struct {
-	Outcome      Outcome
-	Refusal      TombstoneRefusal
-	State        State
+	Outcome      mcpsync.Outcome
+	Refusal      mcpsync.TombstoneRefusal
+	State        mcpsync.State
 	ReadOrdinal  int64
 	CloseOrdinal int64
 	CloseEpoch   int64
@@ -71,9 +45,11 @@ type TombstoneResult struct {
 // URI. Then, atomically: TOMBSTONE_PENDING → UNSUBSCRIBING with the close fence
 // (close_ordinal = last_issued_ordinal, close_epoch + 1, R18), a resourceVersion.v1 of kind
 // 'tombstone' at the not-found read's ordinal, a 'tombstone' invalidation outbox row, a
-// TOMBSTONE_CONFIRMED receipt and the CLOSE_FENCE receipt BeginUnsubscribe would write. Otherwise nothing changes and the result is Refused with a
-// TombstoneRefusal, recorded as a TOMBSTONE_REFUSED receipt. Replaying a confirmed request
-// returns AlreadyDone with the same version.
+// TOMBSTONE_CONFIRMED receipt and the CLOSE_FENCE receipt BeginUnsubscribe would write.
+// Otherwise nothing changes and the result is OutcomeRefused with a mcpsync.TombstoneRefusal,
+// recorded as a TOMBSTONE_REFUSED receipt, and a nil error. Replaying a confirmed request
+// returns OutcomeAlreadyDone with the same version. The error is non-nil only when the
+// subscription does not exist (ErrNotFound) or the database failed.
 func (s *Store) ConfirmTombstone(ctx context.Context, req ConfirmTombstoneRequest) (TombstoneResult, error) {
 	var res TombstoneResult
 	var versionID *int64
@@ -133,7 +109,7 @@ func (s *Store) ConfirmTombstone(ctx context.Context, req ConfirmTombstoneReques
 		FROM upd u`, req.SubscriptionID, req.Generation, req.CatalogID, req.idemKey()).
 		Scan(&res.ReadOrdinal, &res.CloseOrdinal, &res.CloseEpoch, &versionID, new(int64))
 	if err == nil {
-		res.Outcome, res.State = Transitioned, StateUnsubscribing
+		res.Outcome, res.State = mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribing
 		if versionID != nil {
 			res.VersionID = *versionID
 		}
@@ -172,12 +148,12 @@ func (s *Store) refuseTombstone(ctx context.Context, req ConfirmTombstoneRequest
 			return err
 		}
 		if confirmed {
-			res.Outcome = AlreadyDone
+			res.Outcome = mcpsync.OutcomeAlreadyDone
 			return tx.QueryRow(ctx, `SELECT r.read_ordinal, v.id FROM receipts r
 				JOIN resource_versions v ON v.subscription_id = r.subscription_id AND v.read_ordinal = r.read_ordinal
 				WHERE r.idem_key = $1`, req.idemKey()).Scan(&res.ReadOrdinal, &res.VersionID)
 		}
-		res.Outcome, res.ReadOrdinal = Refused, accepted
+		res.Outcome, res.ReadOrdinal = mcpsync.OutcomeRefused, accepted
 		var issuedAt, started *time.Time
 		var readSession *int64
 		_ = tx.QueryRow(ctx, `SELECT issued_at, session_generation FROM read_dispatches
@@ -198,23 +174,23 @@ func (s *Store) refuseTombstone(ctx context.Context, req ConfirmTombstoneRequest
 		}
 		switch {
 		case gen != req.Generation:
-			res.Refusal = TombstoneOldGeneration
-		case res.State != StateTombstonePending || issuedAt == nil || readSession == nil || *readSession != sgen:
-			res.Refusal = TombstoneNotPending
+			res.Refusal = mcpsync.TombstoneOldGeneration
+		case res.State != mcpsync.StateTombstonePending || issuedAt == nil || readSession == nil || *readSession != sgen:
+			res.Refusal = mcpsync.TombstoneNotPending
 		case noCatalog:
-			res.Refusal = TombstoneNoCatalog
+			res.Refusal = mcpsync.TombstoneNoCatalog
 		case catSource != sourceID:
-			res.Refusal = TombstoneOtherSource
+			res.Refusal = mcpsync.TombstoneOtherSource
 		case catSession != sgen:
-			res.Refusal = TombstoneOtherSession
+			res.Refusal = mcpsync.TombstoneOtherSession
 		case ProofLevel(level) == ProofReconciliationRequired:
-			res.Refusal = TombstoneNotReconciled
+			res.Refusal = mcpsync.TombstoneNotReconciled
 		case invalidated:
-			res.Refusal = TombstoneInvalidated
+			res.Refusal = mcpsync.TombstoneInvalidated
 		case started == nil || !started.After(*issuedAt):
-			res.Refusal = TombstoneScanTooEarly
+			res.Refusal = mcpsync.TombstoneScanTooEarly
 		default:
-			res.Refusal = TombstoneResourcePresent
+			res.Refusal = mcpsync.TombstoneResourcePresent
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
 				session_generation, read_ordinal, uri, detail)

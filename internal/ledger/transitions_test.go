@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
@@ -42,7 +43,7 @@ func (f *fixture) receiptsWithKey(key string) int {
 
 func (f *fixture) allocReq(req string) ledger.AllocateRequest {
 	return ledger.AllocateRequest{SubscriptionID: f.sub.ID, Generation: f.sub.Generation,
-		SessionGeneration: f.sess.Generation, URI: testURI, RequestID: req, Reason: ledger.ReasonNotification}
+		SessionGeneration: f.sess.Generation, URI: testURI, RequestID: req, Reason: mcpsync.ReasonNotification}
 }
 
 func (f *fixture) acceptReq(d dispatched, body string) ledger.AcceptRequest {
@@ -66,7 +67,7 @@ type dispatched struct {
 func (f *fixture) issue(req string) dispatched {
 	f.t.Helper()
 	d := f.dispatch(req)
-	if d.Outcome != ledger.Allocated {
+	if d.Outcome != mcpsync.OutcomeAllocated {
 		f.t.Fatalf("dispatch %s: %+v", req, d)
 	}
 	return dispatched{ord: d.Ordinal, req: req, gen: f.sub.Generation, sgen: f.sess.Generation}
@@ -75,7 +76,7 @@ func (f *fixture) issue(req string) dispatched {
 func (f *fixture) mustAccept(d dispatched, body string) {
 	f.t.Helper()
 	r, err := f.st.AcceptResourceVersion(f.ctx, f.acceptReq(d, body))
-	if err != nil || r.Outcome != ledger.Accepted {
+	if err != nil || r.Outcome != mcpsync.OutcomeAccepted {
 		f.t.Fatalf("accept %+v: %+v %v", d, r, err)
 	}
 }
@@ -110,7 +111,7 @@ func (f *fixture) newSessionActive() {
 func (f *fixture) closeFence() ledger.CloseResult {
 	f.t.Helper()
 	cr, err := f.st.BeginUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, "test")
-	if err != nil || cr.Outcome != ledger.Transitioned {
+	if err != nil || cr.Outcome != mcpsync.OutcomeTransitioned {
 		f.t.Fatalf("begin unsubscribe: %+v %v", cr, err)
 	}
 	return cr
@@ -119,7 +120,7 @@ func (f *fixture) closeFence() ledger.CloseResult {
 func (f *fixture) markRR() {
 	f.t.Helper()
 	r, err := f.st.MarkReconciliationRequired(f.ctx, f.sub.ID, f.sub.Generation, "test")
-	if err != nil || r.Outcome != ledger.Transitioned {
+	if err != nil || r.Outcome != mcpsync.OutcomeTransitioned {
 		f.t.Fatalf("mark reconciliation required: %+v %v", r, err)
 	}
 }
@@ -137,56 +138,56 @@ func TestAllocateReadOrdinalOutcomes(t *testing.T) {
 		after func(f *fixture)
 	}{
 		{"active", func(f *fixture) ledger.AllocateRequest { return f.allocReq("r") },
-			ledger.Dispatch{Outcome: ledger.Allocated, Ordinal: 1, State: ledger.StateActive}, f0},
+			ledger.Dispatch{Outcome: mcpsync.OutcomeAllocated, Ordinal: 1, State: mcpsync.StateActive}, f0},
 		{"active after earlier reads", func(f *fixture) ledger.AllocateRequest {
 			f.issue("a")
 			f.issue("b")
 			return f.allocReq("r")
-		}, ledger.Dispatch{Outcome: ledger.Allocated, Ordinal: 3, State: ledger.StateActive}, (*fixture).markRR},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeAllocated, Ordinal: 3, State: mcpsync.StateActive}, (*fixture).markRR},
 		{"closing", func(f *fixture) ledger.AllocateRequest {
 			f.closeFence()
 			return f.allocReq("r")
-		}, ledger.Dispatch{Outcome: ledger.NotActive, State: ledger.StateUnsubscribing}, f0},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeNotActive, State: mcpsync.StateUnsubscribing}, f0},
 		{"reconciliation required, then active again", func(f *fixture) ledger.AllocateRequest {
 			f.markRR()
 			return f.allocReq("r")
-		}, ledger.Dispatch{Outcome: ledger.NotActive, State: ledger.StateReconciliationRequired}, (*fixture).activate},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeNotActive, State: mcpsync.StateReconciliationRequired}, (*fixture).activate},
 		{"tombstone pending", func(f *fixture) ledger.AllocateRequest {
 			d := f.issue("gone")
-			if o, err := f.st.RecordNotFound(f.ctx, f.notFoundReq(d)); err != nil || o != ledger.TombstonePending {
+			if o, err := f.st.RecordNotFound(f.ctx, f.notFoundReq(d)); err != nil || o != mcpsync.OutcomeTombstonePending {
 				f.t.Fatalf("not found: %s %v", o, err)
 			}
 			return f.allocReq("r")
-		}, ledger.Dispatch{Outcome: ledger.NotActive, State: ledger.StateTombstonePending}, f0},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeNotActive, State: mcpsync.StateTombstonePending}, f0},
 		{"old generation", func(f *fixture) ledger.AllocateRequest {
 			req := f.allocReq("r")
 			f.closeAndReopen()
 			return req
-		}, ledger.Dispatch{Outcome: ledger.OldGeneration, State: ledger.StateActive}, f0},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeOldGeneration, State: mcpsync.StateActive}, f0},
 		{"unknown generation", func(f *fixture) ledger.AllocateRequest {
 			req := f.allocReq("r")
 			req.Generation++
 			return req
-		}, ledger.Dispatch{Outcome: ledger.Refused, State: ledger.StateActive}, f0},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeRefused, State: mcpsync.StateActive}, f0},
 		{"old session", func(f *fixture) ledger.AllocateRequest {
 			req := f.allocReq("r")
 			f.newSessionActive()
 			return req
-		}, ledger.Dispatch{Outcome: ledger.OldSession, State: ledger.StateActive}, f0},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeOldSession, State: mcpsync.StateActive}, f0},
 		{"old session before re-subscribing", func(f *fixture) ledger.AllocateRequest {
 			req := f.allocReq("r")
 			f.openSession()
 			return req
-		}, ledger.Dispatch{Outcome: ledger.OldSession, State: ledger.StateReconciliationRequired}, f0},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeOldSession, State: mcpsync.StateReconciliationRequired}, f0},
 		{"new session before re-subscribing", func(f *fixture) ledger.AllocateRequest {
 			f.openSession()
 			return f.allocReq("r")
-		}, ledger.Dispatch{Outcome: ledger.NotActive, State: ledger.StateReconciliationRequired}, (*fixture).activate},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeNotActive, State: mcpsync.StateReconciliationRequired}, (*fixture).activate},
 		{"other URI", func(f *fixture) ledger.AllocateRequest {
 			req := f.allocReq("r")
 			req.URI = "demo://notes/2"
 			return req
-		}, ledger.Dispatch{Outcome: ledger.Refused, State: ledger.StateActive}, f0},
+		}, ledger.Dispatch{Outcome: mcpsync.OutcomeRefused, State: mcpsync.StateActive}, f0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -227,7 +228,7 @@ func errorsIsInvalid(err error) bool { return errors.Is(err, ledger.ErrInvalid) 
 func TestAllocateRejectsMalformedRequests(t *testing.T) {
 	f := newFixture(t)
 	for _, req := range []ledger.AllocateRequest{
-		{SubscriptionID: f.sub.ID, Generation: 1, SessionGeneration: 1, URI: testURI, RequestID: "", Reason: ledger.ReasonPoll},
+		{SubscriptionID: f.sub.ID, Generation: 1, SessionGeneration: 1, URI: testURI, RequestID: "", Reason: mcpsync.ReasonPoll},
 		{SubscriptionID: f.sub.ID, Generation: 1, SessionGeneration: 1, URI: testURI, RequestID: "r", Reason: "whim"},
 	} {
 		if _, err := f.st.AllocateReadOrdinal(f.ctx, req); !errorsIsInvalid(err) {
@@ -242,7 +243,7 @@ type answer struct {
 	body     string
 }
 
-func (f *fixture) answer(d dispatched, a answer) ledger.Outcome {
+func (f *fixture) answer(d dispatched, a answer) mcpsync.Outcome {
 	f.t.Helper()
 	if a.notFound {
 		o, err := f.st.RecordNotFound(f.ctx, f.notFoundReq(d))
@@ -271,39 +272,39 @@ func (f *fixture) answerKey(d dispatched, a answer) string {
 func TestAnswerOutcomes(t *testing.T) {
 	type effect struct {
 		Versions, Outbox, Watermark int64
-		State                       ledger.State
+		State                       mcpsync.State
 	}
 	tests := []struct {
 		name string
 		// setup returns the dispatch to answer (after preparing the subscription).
 		setup  func(f *fixture) dispatched
 		answer answer
-		want   ledger.Outcome
+		want   mcpsync.Outcome
 		// delta is what the answer adds to versions and outbox; Watermark and State are
 		// absolute values afterwards.
 		delta effect
 	}{
 		{"content above the watermark", func(f *fixture) dispatched { return f.issue("r") },
-			answer{body: "v1"}, ledger.Accepted, effect{1, 1, 1, ledger.StateActive}},
+			answer{body: "v1"}, mcpsync.OutcomeAccepted, effect{1, 1, 1, mcpsync.StateActive}},
 		{"same content again: revalidated", func(f *fixture) dispatched {
 			f.mustAccept(f.issue("a"), "v1")
 			return f.issue("r")
-		}, answer{body: "v1"}, ledger.Revalidated, effect{0, 0, 2, ledger.StateActive}},
+		}, answer{body: "v1"}, mcpsync.OutcomeRevalidated, effect{0, 0, 2, mcpsync.StateActive}},
 		{"late read below the watermark (R17)", func(f *fixture) dispatched {
 			late := f.issue("late")
 			f.mustAccept(f.issue("b"), "v2")
 			return late
-		}, answer{body: "v1"}, ledger.Stale, effect{0, 0, 2, ledger.StateActive}},
+		}, answer{body: "v1"}, mcpsync.OutcomeStale, effect{0, 0, 2, mcpsync.StateActive}},
 		{"late not-found below the watermark", func(f *fixture) dispatched {
 			late := f.issue("late")
 			f.mustAccept(f.issue("b"), "v2")
 			return late
-		}, answer{notFound: true}, ledger.Stale, effect{0, 0, 2, ledger.StateActive}},
+		}, answer{notFound: true}, mcpsync.OutcomeStale, effect{0, 0, 2, mcpsync.StateActive}},
 		{"content after the close fence, sent before (R19)", func(f *fixture) dispatched {
 			d := f.issue("r")
 			f.closeFence()
 			return d
-		}, answer{body: "v1"}, ledger.StaleAfterClose, effect{0, 0, 0, ledger.StateUnsubscribing}},
+		}, answer{body: "v1"}, mcpsync.OutcomeStaleAfterClose, effect{0, 0, 0, mcpsync.StateUnsubscribing}},
 		{"not-found after CLOSED (R19)", func(f *fixture) dispatched {
 			d := f.issue("r")
 			cr := f.closeFence()
@@ -311,61 +312,61 @@ func TestAnswerOutcomes(t *testing.T) {
 				f.t.Fatal(err)
 			}
 			return d
-		}, answer{notFound: true}, ledger.StaleAfterClose, effect{0, 0, 0, ledger.StateClosed}},
+		}, answer{notFound: true}, mcpsync.OutcomeStaleAfterClose, effect{0, 0, 0, mcpsync.StateClosed}},
 		{"not-found on ACTIVE (R21)", func(f *fixture) dispatched { return f.issue("r") },
-			answer{notFound: true}, ledger.TombstonePending, effect{0, 0, 1, ledger.StateTombstonePending}},
+			answer{notFound: true}, mcpsync.OutcomeTombstonePending, effect{0, 0, 1, mcpsync.StateTombstonePending}},
 		{"content while tombstone pending", func(f *fixture) dispatched {
 			d := f.issue("r")
 			f.answer(f.issue("gone"), answer{notFound: true})
 			return d
-		}, answer{body: "v1"}, ledger.Stale, effect{0, 0, 2, ledger.StateTombstonePending}},
+		}, answer{body: "v1"}, mcpsync.OutcomeStale, effect{0, 0, 2, mcpsync.StateTombstonePending}},
 		{"read of an old session (R12)", func(f *fixture) dispatched {
 			d := f.issue("r")
 			f.newSessionActive()
 			return d
-		}, answer{body: "v1"}, ledger.OldSession, effect{0, 0, 0, ledger.StateActive}},
+		}, answer{body: "v1"}, mcpsync.OutcomeOldSession, effect{0, 0, 0, mcpsync.StateActive}},
 		{"read of an old session before re-subscribing", func(f *fixture) dispatched {
 			d := f.issue("r")
 			f.openSession()
 			return d
-		}, answer{body: "v1"}, ledger.Stale, effect{0, 0, 0, ledger.StateReconciliationRequired}},
+		}, answer{body: "v1"}, mcpsync.OutcomeStale, effect{0, 0, 0, mcpsync.StateReconciliationRequired}},
 		{"read of an old generation (R12)", func(f *fixture) dispatched {
 			d := f.issue("r")
 			f.closeAndReopen()
 			return d
-		}, answer{body: "v1"}, ledger.OldGeneration, effect{0, 0, 0, ledger.StateActive}},
+		}, answer{body: "v1"}, mcpsync.OutcomeOldGeneration, effect{0, 0, 0, mcpsync.StateActive}},
 		{"forged request ID", func(f *fixture) dispatched {
 			d := f.issue("r")
 			d.req = "forged"
 			return d
-		}, answer{body: "v1"}, ledger.NotDispatched, effect{0, 0, 0, ledger.StateActive}},
+		}, answer{body: "v1"}, mcpsync.OutcomeNotDispatched, effect{0, 0, 0, mcpsync.StateActive}},
 		{"ordinal never issued", func(f *fixture) dispatched {
 			return dispatched{ord: 9, req: "r9", gen: f.sub.Generation, sgen: f.sess.Generation}
-		}, answer{body: "v1"}, ledger.NotDispatched, effect{0, 0, 0, ledger.StateActive}},
+		}, answer{body: "v1"}, mcpsync.OutcomeNotDispatched, effect{0, 0, 0, mcpsync.StateActive}},
 		{"dispatch named with another session", func(f *fixture) dispatched {
 			d := f.issue("r")
 			d.sgen++
 			return d
-		}, answer{body: "v1"}, ledger.NotDispatched, effect{0, 0, 0, ledger.StateActive}},
+		}, answer{body: "v1"}, mcpsync.OutcomeNotDispatched, effect{0, 0, 0, mcpsync.StateActive}},
 		{"second, different content for an answered dispatch", func(f *fixture) dispatched {
 			d := f.issue("r")
 			f.mustAccept(d, "v1")
 			return d
-		}, answer{body: "v2"}, ledger.Duplicate, effect{0, 0, 1, ledger.StateActive}},
+		}, answer{body: "v2"}, mcpsync.OutcomeDuplicate, effect{0, 0, 1, mcpsync.StateActive}},
 		{"not-found for a dispatch answered with content", func(f *fixture) dispatched {
 			d := f.issue("r")
 			f.mustAccept(d, "v1")
 			return d
-		}, answer{notFound: true}, ledger.Duplicate, effect{0, 0, 1, ledger.StateActive}},
+		}, answer{notFound: true}, mcpsync.OutcomeDuplicate, effect{0, 0, 1, mcpsync.StateActive}},
 		{"content for a dispatch already refused", func(f *fixture) dispatched {
 			d := f.issue("r")
 			f.markRR()
-			if o := f.answer(d, answer{body: "v1"}); o != ledger.Stale {
+			if o := f.answer(d, answer{body: "v1"}); o != mcpsync.OutcomeStale {
 				f.t.Fatalf("answer while RECONCILIATION_REQUIRED: %s", o)
 			}
 			f.activate()
 			return d
-		}, answer{body: "v2"}, ledger.Duplicate, effect{0, 0, 0, ledger.StateActive}},
+		}, answer{body: "v2"}, mcpsync.OutcomeDuplicate, effect{0, 0, 0, mcpsync.StateActive}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -401,9 +402,9 @@ func TestAnswerOutcomes(t *testing.T) {
 func TestClosingTransitions(t *testing.T) {
 	type step struct {
 		op   string // begin, complete, unknown, activate
-		want ledger.Outcome
+		want mcpsync.Outcome
 		// state is the subscription's state afterwards.
-		state ledger.State
+		state mcpsync.State
 		// replay: an earlier step made the same call and recorded its outcome, so this one
 		// must write nothing.
 		replay bool
@@ -414,33 +415,33 @@ func TestClosingTransitions(t *testing.T) {
 		steps []step
 	}{
 		{"begin, complete", f0, []step{
-			{"begin", ledger.Transitioned, ledger.StateUnsubscribing, false},
-			{"begin", ledger.Transitioned, ledger.StateUnsubscribing, true},
-			{"complete", ledger.Transitioned, ledger.StateClosed, false},
-			{"complete", ledger.Transitioned, ledger.StateClosed, true},
-			{"begin", ledger.Transitioned, ledger.StateClosed, true},
-			{"unknown", ledger.Refused, ledger.StateClosed, false},
-			{"unknown", ledger.Refused, ledger.StateClosed, true},
-			{"activate", ledger.Refused, ledger.StateClosed, true},
+			{"begin", mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribing, false},
+			{"begin", mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribing, true},
+			{"complete", mcpsync.OutcomeTransitioned, mcpsync.StateClosed, false},
+			{"complete", mcpsync.OutcomeTransitioned, mcpsync.StateClosed, true},
+			{"begin", mcpsync.OutcomeTransitioned, mcpsync.StateClosed, true},
+			{"unknown", mcpsync.OutcomeRefused, mcpsync.StateClosed, false},
+			{"unknown", mcpsync.OutcomeRefused, mcpsync.StateClosed, true},
+			{"activate", mcpsync.OutcomeRefused, mcpsync.StateClosed, true},
 		}},
 		{"begin, ack lost, complete", f0, []step{
-			{"begin", ledger.Transitioned, ledger.StateUnsubscribing, false},
-			{"unknown", ledger.Transitioned, ledger.StateUnsubscribeUnknown, false},
-			{"unknown", ledger.Transitioned, ledger.StateUnsubscribeUnknown, true},
-			{"activate", ledger.Refused, ledger.StateUnsubscribeUnknown, true},
-			{"complete", ledger.Transitioned, ledger.StateClosed, false},
-			{"unknown", ledger.Transitioned, ledger.StateClosed, true},
+			{"begin", mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribing, false},
+			{"unknown", mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribeUnknown, false},
+			{"unknown", mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribeUnknown, true},
+			{"activate", mcpsync.OutcomeRefused, mcpsync.StateUnsubscribeUnknown, true},
+			{"complete", mcpsync.OutcomeTransitioned, mcpsync.StateClosed, false},
+			{"unknown", mcpsync.OutcomeTransitioned, mcpsync.StateClosed, true},
 		}},
 		{"begin from reconciliation required", (*fixture).markRR, []step{
-			{"begin", ledger.Transitioned, ledger.StateUnsubscribing, false},
-			{"complete", ledger.Transitioned, ledger.StateClosed, false},
+			{"begin", mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribing, false},
+			{"complete", mcpsync.OutcomeTransitioned, mcpsync.StateClosed, false},
 		}},
 		{"complete before the fence does not pre-empt the real close", f0, []step{
-			{"complete", ledger.Refused, ledger.StateActive, true},
-			{"unknown", ledger.Refused, ledger.StateActive, true},
-			{"begin", ledger.Transitioned, ledger.StateUnsubscribing, false},
-			{"unknown", ledger.Transitioned, ledger.StateUnsubscribeUnknown, false},
-			{"complete", ledger.Transitioned, ledger.StateClosed, false},
+			{"complete", mcpsync.OutcomeRefused, mcpsync.StateActive, true},
+			{"unknown", mcpsync.OutcomeRefused, mcpsync.StateActive, true},
+			{"begin", mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribing, false},
+			{"unknown", mcpsync.OutcomeTransitioned, mcpsync.StateUnsubscribeUnknown, false},
+			{"complete", mcpsync.OutcomeTransitioned, mcpsync.StateClosed, false},
 		}},
 		{"session ends while unsubscribing (R20)", func(f *fixture) {
 			f.closeFence()
@@ -448,10 +449,10 @@ func TestClosingTransitions(t *testing.T) {
 				f.t.Fatal(err)
 			}
 		}, []step{
-			{"begin", ledger.Transitioned, ledger.StateClosed, true},
-			{"complete", ledger.AlreadyDone, ledger.StateClosed, false},
-			{"complete", ledger.AlreadyDone, ledger.StateClosed, true},
-			{"unknown", ledger.Refused, ledger.StateClosed, false},
+			{"begin", mcpsync.OutcomeTransitioned, mcpsync.StateClosed, true},
+			{"complete", mcpsync.OutcomeAlreadyDone, mcpsync.StateClosed, false},
+			{"complete", mcpsync.OutcomeAlreadyDone, mcpsync.StateClosed, true},
+			{"unknown", mcpsync.OutcomeRefused, mcpsync.StateClosed, false},
 		}},
 	}
 	for _, tt := range tests {
@@ -467,14 +468,14 @@ func TestClosingTransitions(t *testing.T) {
 			}
 			for i, s := range tt.steps {
 				before := f.rows()
-				var got ledger.Outcome
+				var got mcpsync.Outcome
 				var err error
 				switch s.op {
 				case "begin":
 					var cr ledger.CloseResult
 					cr, err = f.st.BeginUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, "test")
 					got = cr.Outcome
-					if err == nil && cr.Outcome == ledger.Transitioned && (cr.CloseOrdinal != 2 || cr.CloseEpoch != epoch) {
+					if err == nil && cr.Outcome == mcpsync.OutcomeTransitioned && (cr.CloseOrdinal != 2 || cr.CloseEpoch != epoch) {
 						t.Errorf("step %d: fence ordinal %d epoch %d, want 2 and %d", i, cr.CloseOrdinal, cr.CloseEpoch, epoch)
 					}
 				case "complete":
@@ -518,21 +519,21 @@ func TestClosingOldGeneration(t *testing.T) {
 	f.closeAndReopenAfterFence(cr)
 	tests := []struct {
 		name string
-		call func() (ledger.Outcome, error)
+		call func() (mcpsync.Outcome, error)
 	}{
-		{"complete", func() (ledger.Outcome, error) {
+		{"complete", func() (mcpsync.Outcome, error) {
 			r, err := f.st.CompleteUnsubscribe(f.ctx, f.sub.ID, oldGen, cr.CloseEpoch+1)
 			return r.Outcome, err
 		}},
-		{"unknown", func() (ledger.Outcome, error) {
+		{"unknown", func() (mcpsync.Outcome, error) {
 			r, err := f.st.MarkUnsubscribeUnknown(f.ctx, f.sub.ID, oldGen, cr.CloseEpoch+1, "x")
 			return r.Outcome, err
 		}},
-		{"mark reconciliation required", func() (ledger.Outcome, error) {
+		{"mark reconciliation required", func() (mcpsync.Outcome, error) {
 			r, err := f.st.MarkReconciliationRequired(f.ctx, f.sub.ID, oldGen, "x")
 			return r.Outcome, err
 		}},
-		{"activate", func() (ledger.Outcome, error) {
+		{"activate", func() (mcpsync.Outcome, error) {
 			r, err := f.st.Activate(f.ctx, f.sub.ID, oldGen, f.sess.Generation)
 			return r.Outcome, err
 		}},
@@ -540,10 +541,10 @@ func TestClosingOldGeneration(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := tt.call()
-			if err != nil || got != ledger.OldGeneration {
+			if err != nil || got != mcpsync.OutcomeOldGeneration {
 				t.Errorf("%s with generation %d: %s %v, want OLD_GENERATION", tt.name, oldGen, got, err)
 			}
-			if sub := f.refresh(); sub.State != ledger.StateActive || sub.Generation != oldGen+1 {
+			if sub := f.refresh(); sub.State != mcpsync.StateActive || sub.Generation != oldGen+1 {
 				t.Errorf("reopened subscription changed: %s generation %d", sub.State, sub.Generation)
 			}
 		})
@@ -553,14 +554,14 @@ func TestClosingOldGeneration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(ledger.CloseResult{Outcome: ledger.Transitioned, State: ledger.StateActive, CloseOrdinal: cr.CloseOrdinal, CloseEpoch: cr.CloseEpoch, SessionGeneration: cr.SessionGeneration}, again); diff != "" {
+	if diff := cmp.Diff(ledger.CloseResult{Outcome: mcpsync.OutcomeTransitioned, State: mcpsync.StateActive, CloseOrdinal: cr.CloseOrdinal, CloseEpoch: cr.CloseEpoch, SessionGeneration: cr.SessionGeneration}, again); diff != "" {
 		t.Errorf("replayed fence of the old generation (-want +got):\n%s", diff)
 	}
 }
 
 func (f *fixture) closeAndReopenAfterFence(cr ledger.CloseResult) {
 	f.t.Helper()
-	if r, err := f.st.CompleteUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, cr.CloseEpoch); err != nil || r.Outcome != ledger.Transitioned {
+	if r, err := f.st.CompleteUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, cr.CloseEpoch); err != nil || r.Outcome != mcpsync.OutcomeTransitioned {
 		f.t.Fatalf("complete: %+v %v", r, err)
 	}
 	sub, err := f.st.EnsureSubscription(f.ctx, ledger.EnsureSpec{Principal: "default", SourceID: f.src.ID, URI: testURI, ServerURI: testURI, WorkflowID: "wf-1"})
@@ -577,22 +578,22 @@ func TestSessionGenerations(t *testing.T) {
 	tests := []struct {
 		name  string
 		setup func(f *fixture) int64 // returns the generation to close
-		want  ledger.Outcome
-		state ledger.State
+		want  mcpsync.Outcome
+		state mcpsync.State
 	}{
-		{"current session", func(f *fixture) int64 { return f.sess.Generation }, ledger.Transitioned, ledger.StateReconciliationRequired},
+		{"current session", func(f *fixture) int64 { return f.sess.Generation }, mcpsync.OutcomeTransitioned, mcpsync.StateReconciliationRequired},
 		{"already ended", func(f *fixture) int64 {
 			if err := f.st.EndSession(f.ctx, f.src.ID, f.sess.Generation, "first"); err != nil {
 				f.t.Fatal(err)
 			}
 			return f.sess.Generation
-		}, ledger.AlreadyDone, ledger.StateReconciliationRequired},
+		}, mcpsync.OutcomeAlreadyDone, mcpsync.StateReconciliationRequired},
 		{"superseded session", func(f *fixture) int64 {
 			old := f.sess.Generation
 			f.newSessionActive()
 			return old
-		}, ledger.OldSession, ledger.StateActive},
-		{"never opened", func(f *fixture) int64 { return f.sess.Generation + 5 }, ledger.Refused, ledger.StateActive},
+		}, mcpsync.OutcomeOldSession, mcpsync.StateActive},
+		{"never opened", func(f *fixture) int64 { return f.sess.Generation + 5 }, mcpsync.OutcomeRefused, mcpsync.StateActive},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -604,7 +605,7 @@ func TestSessionGenerations(t *testing.T) {
 			if err != nil || got != tt.want {
 				t.Errorf("CloseSession(%d): %s %v, want %s", gen, got, err, tt.want)
 			}
-			if got != ledger.Transitioned {
+			if got != mcpsync.OutcomeTransitioned {
 				if diff := cmp.Diff(before, f.rows()); diff != "" {
 					t.Errorf("refused close wrote rows (-before +after):\n%s", diff)
 				}
@@ -629,37 +630,37 @@ func TestSubscribeTransitionsOnSessions(t *testing.T) {
 	}{
 		{"begin on the old session", func() (ledger.TransitionResult, error) {
 			return f.st.BeginSubscribe(f.ctx, f.sub.ID, f.sub.Generation, old.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.OldSession, State: ledger.StateReconciliationRequired, Reason: "session changed to generation 2"}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeOldSession, State: mcpsync.StateReconciliationRequired, Reason: "session changed to generation 2"}},
 		{"begin on the new session", func() (ledger.TransitionResult, error) {
 			return f.st.BeginSubscribe(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.Transitioned, State: ledger.StateSubscribing}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeTransitioned, State: mcpsync.StateSubscribing}},
 		{"begin again on the new session", func() (ledger.TransitionResult, error) {
 			return f.st.BeginSubscribe(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.AlreadyDone, State: ledger.StateSubscribing}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeAlreadyDone, State: mcpsync.StateSubscribing}},
 		{"activate on the old session", func() (ledger.TransitionResult, error) {
 			return f.st.Activate(f.ctx, f.sub.ID, f.sub.Generation, old.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.OldSession, State: ledger.StateSubscribing}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeOldSession, State: mcpsync.StateSubscribing}},
 		{"activate on the new session", func() (ledger.TransitionResult, error) {
 			return f.st.Activate(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.Transitioned, State: ledger.StateActive}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeTransitioned, State: mcpsync.StateActive}},
 		{"activate again on the old session", func() (ledger.TransitionResult, error) {
 			return f.st.Activate(f.ctx, f.sub.ID, f.sub.Generation, old.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.OldSession, State: ledger.StateActive}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeOldSession, State: mcpsync.StateActive}},
 		{"activate again on the new session", func() (ledger.TransitionResult, error) {
 			return f.st.Activate(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.AlreadyDone, State: ledger.StateActive}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeAlreadyDone, State: mcpsync.StateActive}},
 		{"restore without a tombstone", func() (ledger.TransitionResult, error) {
 			return f.st.RestoreFromTombstone(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.AlreadyDone, State: ledger.StateActive}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeAlreadyDone, State: mcpsync.StateActive}},
 		{"mark reconciliation required", func() (ledger.TransitionResult, error) {
 			return f.st.MarkReconciliationRequired(f.ctx, f.sub.ID, f.sub.Generation, "doubt")
-		}, ledger.TransitionResult{Outcome: ledger.Transitioned, State: ledger.StateReconciliationRequired, Reason: "doubt"}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeTransitioned, State: mcpsync.StateReconciliationRequired, Reason: "doubt"}},
 		{"end the session, then begin on it", func() (ledger.TransitionResult, error) {
 			if err := f.st.EndSession(f.ctx, f.src.ID, f.sess.Generation, "gone"); err != nil {
 				t.Fatal(err)
 			}
 			return f.st.BeginSubscribe(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation)
-		}, ledger.TransitionResult{Outcome: ledger.Refused, State: ledger.StateReconciliationRequired, Reason: "doubt"}},
+		}, ledger.TransitionResult{Outcome: mcpsync.OutcomeRefused, State: mcpsync.StateReconciliationRequired, Reason: "doubt"}},
 	}
 	for _, tt := range tests { // in order: each step builds on the previous one
 		got, err := tt.call()
@@ -679,13 +680,13 @@ func TestTombstoneRestore(t *testing.T) {
 	older := f.issue("older")
 	f.answer(f.issue("gone"), answer{notFound: true})
 	r, err := f.st.RestoreFromTombstone(f.ctx, f.sub.ID, f.sub.Generation, f.sess.Generation)
-	if err != nil || r.Outcome != ledger.Transitioned || r.State != ledger.StateActive {
+	if err != nil || r.Outcome != mcpsync.OutcomeTransitioned || r.State != mcpsync.StateActive {
 		t.Fatalf("restore: %+v %v", r, err)
 	}
-	if o := f.answer(older, answer{body: "old"}); o != ledger.Stale {
+	if o := f.answer(older, answer{body: "old"}); o != mcpsync.OutcomeStale {
 		t.Errorf("older read after the not-found: %s, want STALE", o)
 	}
-	if o := f.answer(f.issue("again"), answer{body: "back"}); o != ledger.Accepted {
+	if o := f.answer(f.issue("again"), answer{body: "back"}); o != mcpsync.OutcomeAccepted {
 		t.Errorf("re-read after restore: %s, want ACCEPTED", o)
 	}
 }
@@ -707,15 +708,15 @@ func TestConcurrentReplays(t *testing.T) {
 		{"accept", func(f *fixture, d dispatched) (string, error) {
 			r, err := f.st.AcceptResourceVersion(f.ctx, f.acceptReq(d, "v1"))
 			return string(r.Outcome), err
-		}, "ACCEPTED"},
+		}, string(mcpsync.OutcomeAccepted)},
 		{"not-found", func(f *fixture, d dispatched) (string, error) {
 			o, err := f.st.RecordNotFound(f.ctx, f.notFoundReq(d))
 			return string(o), err
-		}, "TOMBSTONE_PENDING"},
+		}, string(mcpsync.OutcomeTombstonePending)},
 		{"late answer", func(f *fixture, d dispatched) (string, error) {
 			r, err := f.st.AcceptResourceVersion(f.ctx, f.acceptReq(dispatched{ord: d.ord, req: d.req, gen: d.gen, sgen: d.sgen + 1}, "v1"))
 			return string(r.Outcome), err
-		}, "NOT_DISPATCHED"},
+		}, string(mcpsync.OutcomeNotDispatched)},
 		{"begin unsubscribe", func(f *fixture, _ dispatched) (string, error) {
 			cr, err := f.st.BeginUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, "race")
 			return fmt.Sprintf("%s %d %d", cr.Outcome, cr.CloseOrdinal, cr.CloseEpoch), err

@@ -65,7 +65,7 @@ func TestDecide(t *testing.T) {
 		{name: "no round yet", reason: "round A"},
 		{name: "round A alone never publishes (R24)", rounds: []contract.RoundResult{round(1)}, reason: "round B next"},
 		{name: "a proven round A alone never publishes (R24)", rounds: []contract.RoundResult{round(1, snapshot("X", true))}, reason: "round B next"},
-		{name: "failed round A", rounds: []contract.RoundResult{round(1, failed(contract.RoundCursorCycle))}, retry: true, reason: "CURSOR_CYCLE"},
+		{name: "failed round A", rounds: []contract.RoundResult{round(1, failed(contract.RoundCursorCycle))}, retry: true, reason: contract.RoundCursorCycle},
 		{
 			name: "A and B agree without extension", rounds: []contract.RoundResult{round(1), round(2)},
 			publish: true, level: contract.ProofSnapshotUnproven, basis: []int{0, 1}, reason: "no snapshot extension negotiated",
@@ -137,7 +137,7 @@ func TestDecide(t *testing.T) {
 			name:    "bound reached with cycles",
 			rounds:  []contract.RoundResult{round(1, failed(contract.RoundCursorCycle)), round(2, failed(contract.RoundCursorCycle))},
 			policy:  proof.Policy{MaxRounds: 2},
-			publish: true, level: contract.ProofReconciliationRequired, reason: "CURSOR_CYCLE",
+			publish: true, level: contract.ProofReconciliationRequired, reason: contract.RoundCursorCycle,
 		},
 		{
 			name:    "bound reached with a set that never settles",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/cli"
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/ledger"
@@ -43,8 +44,8 @@ func (s *stack) startCLI(stdout *lockedBuffer, args ...string) (stop func() int)
 	done := make(chan int, 1)
 	var stderr lockedBuffer
 	go func() {
-		done <- cli.Run(ctx, cli.Env{Stdout: stdout, Stderr: &stderr, Store: s.st, Temporal: s.tc,
-			Config: config.Env{Namespace: s.ts.GetDefaultNamespace(), DatabaseURL: s.dbURL}}, args)
+		done <- int(cli.Run(ctx, cli.Env{Stdout: stdout, Stderr: &stderr, Store: s.st, Temporal: s.tc,
+			Config: config.Env{Namespace: s.ts.GetDefaultNamespace(), DatabaseURL: s.dbURL}}, args))
 	}()
 	var once sync.Once
 	code := -1
@@ -78,7 +79,7 @@ func (s *stack) waitAccepted(principal, source, uri, body string) ledger.Subscri
 }
 
 // expectCode runs a command and checks its exit code and that stderr mentions msg.
-func (s *stack) expectCode(code int, msg string, args ...string) string {
+func (s *stack) expectCode(code cli.ExitCode, msg string, args ...string) string {
 	s.t.Helper()
 	out, errOut, got := s.cli(args...)
 	if got != code || !strings.Contains(errOut, msg) {
@@ -199,7 +200,7 @@ func TestRevocationTracedToEveryDerivedIndex(t *testing.T) {
 		t.Errorf("revoke invalidated (-want +got):\n%s", diff)
 	}
 	for _, sub := range rv.Subscriptions {
-		if !ledger.State(sub.State).Closing() {
+		if !mcpsync.State(sub.State).Closing() {
 			t.Errorf("revoke returned with %s in %s, want past the close fence", sub.URI, sub.State)
 		}
 	}
@@ -209,7 +210,7 @@ func TestRevocationTracedToEveryDerivedIndex(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			return sub.State == ledger.StateClosed && strings.HasPrefix(sub.StateReason, "revoked"), fmt.Sprintf("%s %q", sub.State, sub.StateReason)
+			return sub.State == mcpsync.StateClosed && strings.HasPrefix(sub.StateReason, "revoked"), fmt.Sprintf("%s %q", sub.State, sub.StateReason)
 		})
 		s.expectCode(cli.ExitDenied, "no standing grant", "get", "kb", u, "--principal", "alice")
 	}
@@ -468,7 +469,7 @@ func TestConsumerCommandErrors(t *testing.T) {
 	s.mustCLI("source", "add", "demo", "--stdio", "demo-server")
 	tests := []struct {
 		args []string
-		code int
+		code cli.ExitCode
 		msg  string
 	}{
 		{[]string{"grant", "alice"}, 2, "usage"},

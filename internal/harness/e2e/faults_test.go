@@ -13,15 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/activities"
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 
 // receiptsOf returns the outcomes the ledger recorded for the answers to one read ordinal.
-func (s *stack) receiptsOf(subID, ordinal int64) []string {
+func (s *stack) receiptsOf(subID, ordinal int64) []mcpsync.Outcome {
 	s.t.Helper()
 	rows, err := s.st.Pool().Query(s.ctx, `SELECT kind FROM receipts WHERE subscription_id = $1 AND read_ordinal = $2
 		AND kind IN ('ACCEPTED', 'REVALIDATED', 'STALE', 'STALE_AFTER_CLOSE', 'OLD_SESSION', 'OLD_GENERATION',
@@ -31,9 +32,9 @@ func (s *stack) receiptsOf(subID, ordinal int64) []string {
 		s.t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []string
+	var out []mcpsync.Outcome
 	for rows.Next() {
-		var k string
+		var k mcpsync.Outcome
 		if err := rows.Scan(&k); err != nil {
 			s.t.Fatal(err)
 		}
@@ -94,19 +95,19 @@ func TestFaultLostUnsubscribeAck(t *testing.T) {
 		t.Fatalf("unsubscribe: %d %s", code, errOut)
 	}
 	var unknown ledger.Subscription
-	eventually(t, 30*time.Second, "UNSUBSCRIBE_UNKNOWN", func() (bool, string) {
+	eventually(t, 30*time.Second, string(mcpsync.StateUnsubscribeUnknown), func() (bool, string) {
 		unknown = s.sub("ack", "demo://notes/1")
-		return unknown.State == ledger.StateUnsubscribeUnknown, string(unknown.State)
+		return unknown.State == mcpsync.StateUnsubscribeUnknown, string(unknown.State)
 	})
 	srv.Set("demo://notes/1", "v2 while unknown", "text/plain")
 	eventually(t, 30*time.Second, "notification audited after close", func() (bool, string) {
-		n := s.count(`SELECT count(*) FROM receipts WHERE kind = $1 AND uri = $2`, ledger.AuditNotificationAfterClose, "demo://notes/1")
+		n := s.count(`SELECT count(*) FROM receipts WHERE kind = $1 AND uri = $2`, mcpsync.ReceiptNotificationClosed, "demo://notes/1")
 		return n > 0, fmt.Sprintf("%d audits", n)
 	})
 	srv.SetUnsubscribeMode(chaosmcp.UnsubscribeNormal)
 	eventually(t, 60*time.Second, "CLOSED after the retry is answered", func() (bool, string) {
 		sub := s.sub("ack", "demo://notes/1")
-		return sub.State == ledger.StateClosed, string(sub.State) + ": " + sub.StateReason
+		return sub.State == mcpsync.StateClosed, string(sub.State) + ": " + sub.StateReason
 	})
 	closed := s.sub("ack", "demo://notes/1")
 	if closed.LastIssuedOrdinal != unknown.LastIssuedOrdinal || closed.LastAcceptedDigest != ledger.Digest([]byte("v1")) {
@@ -163,11 +164,11 @@ func TestFaultCloseRacingReadAcceptance(t *testing.T) {
 		eventually(t, 60*time.Second, u+" closed and its read settled", func() (bool, string) {
 			sub := s.sub("race", u)
 			kinds := s.receiptsOf(sub.ID, sub.LastIssuedOrdinal)
-			return sub.State == ledger.StateClosed && len(kinds) == 1, fmt.Sprintf("%s receipts %v", sub.State, kinds)
+			return sub.State == mcpsync.StateClosed && len(kinds) == 1, fmt.Sprintf("%s receipts %v", sub.State, kinds)
 		})
 		sub := s.sub("race", u)
 		kinds := s.receiptsOf(sub.ID, sub.LastIssuedOrdinal)
-		if kinds[0] != "ACCEPTED" && kinds[0] != "STALE_AFTER_CLOSE" {
+		if kinds[0] != mcpsync.OutcomeAccepted && kinds[0] != mcpsync.OutcomeStaleAfterClose {
 			t.Errorf("%s: the raced read ended %v", u, kinds)
 		}
 	}
@@ -192,7 +193,7 @@ func TestFaultLateAnswerAfterClosed(t *testing.T) {
 			<-g.Arrived()
 			s.mustCLI("unsubscribe", "late", "demo://notes/1")
 			sub := s.sub("late", "demo://notes/1")
-			if sub.State != ledger.StateClosed {
+			if sub.State != mcpsync.StateClosed {
 				t.Fatalf("state %s: the close waited for the held read", sub.State)
 			}
 			versions, outbox := s.count(`SELECT count(*) FROM resource_versions WHERE subscription_id = $1`, sub.ID),
@@ -200,10 +201,10 @@ func TestFaultLateAnswerAfterClosed(t *testing.T) {
 			g.Release()
 			eventually(t, 30*time.Second, "late answer recorded", func() (bool, string) {
 				kinds := s.receiptsOf(sub.ID, *sub.CloseOrdinal)
-				return len(kinds) == 1 && kinds[0] == "STALE_AFTER_CLOSE", fmt.Sprintf("receipts of ordinal %d: %v", *sub.CloseOrdinal, kinds)
+				return len(kinds) == 1 && kinds[0] == mcpsync.OutcomeStaleAfterClose, fmt.Sprintf("receipts of ordinal %d: %v", *sub.CloseOrdinal, kinds)
 			})
 			after := s.sub("late", "demo://notes/1")
-			if after.State != ledger.StateClosed || after.LastAcceptedOrdinal != sub.LastAcceptedOrdinal {
+			if after.State != mcpsync.StateClosed || after.LastAcceptedOrdinal != sub.LastAcceptedOrdinal {
 				t.Errorf("after the late answer: %s watermark %d→%d", after.State, sub.LastAcceptedOrdinal, after.LastAcceptedOrdinal)
 			}
 			if v, o := s.count(`SELECT count(*) FROM resource_versions WHERE subscription_id = $1`, sub.ID),
@@ -236,8 +237,8 @@ func TestFaultReadASlowerThanReadB(t *testing.T) {
 	sess := &activities.Session{Host: w.Host, Store: s.st}
 	reqB := "revalidate/b"
 	d, err := s.st.AllocateReadOrdinal(s.ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
-		SessionGeneration: sub.SessionGeneration, URI: sub.URI, RequestID: reqB, Reason: ledger.ReasonRevalidate})
-	if err != nil || d.Outcome != ledger.Allocated || d.Ordinal != ordA+1 {
+		SessionGeneration: sub.SessionGeneration, URI: sub.URI, RequestID: reqB, Reason: mcpsync.ReasonRevalidate})
+	if err != nil || d.Outcome != mcpsync.OutcomeAllocated || d.Ordinal != ordA+1 {
 		t.Fatalf("allocate B: %+v %v", d, err)
 	}
 	out, err := sess.MCPRead(s.ctx, contract.ReadInput{SourceID: sub.SourceID, SessionGeneration: sub.SessionGeneration,
@@ -248,7 +249,7 @@ func TestFaultReadASlowerThanReadB(t *testing.T) {
 	acc, err := s.st.AcceptResourceVersion(s.ctx, ledger.AcceptRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
 		SessionGeneration: sub.SessionGeneration, URI: sub.URI, Ordinal: d.Ordinal, RequestID: reqB,
 		Version: ledger.VersionInfo{MIMEType: out.MIMEType, Digest: out.Digest, Size: out.Size}})
-	if err != nil || acc.Outcome != ledger.Accepted {
+	if err != nil || acc.Outcome != mcpsync.OutcomeAccepted {
 		t.Fatalf("accept B: %+v %v", acc, err)
 	}
 	g.Release()
@@ -256,7 +257,7 @@ func TestFaultReadASlowerThanReadB(t *testing.T) {
 		kinds := s.receiptsOf(sub.ID, ordA)
 		return len(kinds) == 1, fmt.Sprintf("%v", kinds)
 	})
-	if kinds := s.receiptsOf(sub.ID, ordA); kinds[0] != "STALE" {
+	if kinds := s.receiptsOf(sub.ID, ordA); kinds[0] != mcpsync.OutcomeStale {
 		t.Errorf("late read A: %v, want STALE", kinds)
 	}
 	// The workflow's follow-ups may revalidate v3 later; the accepted content is never v2.
@@ -315,8 +316,8 @@ func TestFaultOldSessionNotification(t *testing.T) {
 		sub := s.sub("old", "demo://notes/1")
 		reasons := s.readReasons(sub.ID)
 		settled := len(s.receiptsOf(sub.ID, sub.LastIssuedOrdinal)) > 0
-		return sub.SessionGeneration == 2 && sub.State == ledger.StateActive && settled &&
-				reasons[len(reasons)-1] == "session_change",
+		return sub.SessionGeneration == 2 && sub.State == mcpsync.StateActive && settled &&
+				reasons[len(reasons)-1] == mcpsync.ReasonSessionChange,
 			fmt.Sprintf("session %d %s, reads %v, last settled %v", sub.SessionGeneration, sub.State, reasons, settled)
 	})
 	before := s.sub("old", "demo://notes/1")
@@ -324,7 +325,7 @@ func TestFaultOldSessionNotification(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "old-session notification audited", func() (bool, string) {
-		n := s.count(`SELECT count(*) FROM receipts WHERE kind = $1 AND session_generation = 1`, ledger.AuditNotificationOldSession)
+		n := s.count(`SELECT count(*) FROM receipts WHERE kind = $1 AND session_generation = 1`, mcpsync.ReceiptNotificationOld)
 		return n == 1, fmt.Sprintf("%d audits", n)
 	})
 	if after := s.sub("old", "demo://notes/1"); after.LastIssuedOrdinal != before.LastIssuedOrdinal {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
@@ -108,7 +109,7 @@ func TestInteropServerEverythingOverStdio(t *testing.T) {
 	notificationReads := func(subID, gen int64) int {
 		n := 0
 		for _, d := range s.dispatches(subID) {
-			if d.Reason == string(ledger.ReasonNotification) && d.SessionGeneration == gen {
+			if d.Reason == string(mcpsync.ReasonNotification) && d.SessionGeneration == gen {
 				n++
 			}
 		}
@@ -130,7 +131,7 @@ func TestInteropServerEverythingOverStdio(t *testing.T) {
 	}
 
 	out := s.mustCLI("unsubscribe", "everything", dropped)
-	if !strings.Contains(out, "CLOSED") {
+	if !strings.Contains(out, string(mcpsync.StateClosed)) {
 		t.Fatalf("unsubscribe: %s", out)
 	}
 	closedReads := len(s.dispatches(subs[dropped].ID))
@@ -143,7 +144,7 @@ func TestInteropServerEverythingOverStdio(t *testing.T) {
 	if n := len(s.dispatches(subs[dropped].ID)); n != closedReads {
 		t.Errorf("closed subscription read %d times after close", n-closedReads)
 	}
-	if n, err := s.st.AuditCount(s.ctx, src.ID, ledger.AuditNotificationAfterClose); err != nil || n != 0 {
+	if n, err := s.st.AuditCount(s.ctx, src.ID, mcpsync.ReceiptNotificationClosed); err != nil || n != 0 {
 		t.Errorf("server kept notifying the unsubscribed URI: %d after-close audits, %v", n, err)
 	}
 
@@ -157,8 +158,8 @@ func TestInteropServerEverythingOverStdio(t *testing.T) {
 		sub := s.sub("everything", kept)
 		ds := s.dispatches(sub.ID)
 		last := ds[len(ds)-1]
-		return sub.State == ledger.StateActive && sub.SessionGeneration == c2.Generation() &&
-				last.SessionGeneration == c2.Generation() && last.Reason == string(ledger.ReasonSessionChange) && last.Outcome != "",
+		return sub.State == mcpsync.StateActive && sub.SessionGeneration == c2.Generation() &&
+				last.SessionGeneration == c2.Generation() && last.Reason == string(mcpsync.ReasonSessionChange) && last.Outcome != "",
 			fmt.Sprintf("%s on generation %d; last read %+v", sub.State, sub.SessionGeneration, last)
 	})
 	// The new server process only notifies URIs subscribed on its session.
@@ -167,7 +168,7 @@ func TestInteropServerEverythingOverStdio(t *testing.T) {
 		n := notificationReads(subs[kept].ID, c2.Generation())
 		return n >= 1, fmt.Sprintf("%d notification reads on generation %d", n, c2.Generation())
 	})
-	if got := s.sub("everything", dropped); got.State != ledger.StateClosed ||
+	if got := s.sub("everything", dropped); got.State != mcpsync.StateClosed ||
 		slices.ContainsFunc(s.dispatches(got.ID), func(d dispatch) bool { return d.SessionGeneration == c2.Generation() }) {
 		t.Errorf("closed subscription after reconnect: %s, reads %+v", got.State, s.dispatches(got.ID))
 	}

@@ -10,8 +10,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
@@ -83,7 +84,7 @@ func TestContinueAsNewUnderSignalStorm(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return v.Counters.Notifications == total && v.State == "ACTIVE",
+		return v.Counters.Notifications == total && v.State == mcpsync.StateActive,
 			fmt.Sprintf("counted %d of %d, state %s, runs %d", v.Counters.Notifications, total, v.State, v.ContinuedAsNew+1)
 	})
 	t.Logf("10,000 signals sent in %s, all counted after %s; %d continue-as-new; %d reads",
@@ -165,7 +166,7 @@ func TestReconcileRestartsFailedSubscription(t *testing.T) {
 		cur := s.sub("rec", "demo://notes/1")
 		reasons := s.readReasons(cur.ID)
 		v, qerr := s.queryState(cur.WorkflowID)
-		return cur.State == ledger.StateActive && len(reasons) >= 2 && reasons[len(reasons)-1] == "reconcile",
+		return cur.State == mcpsync.StateActive && len(reasons) >= 2 && reasons[len(reasons)-1] == mcpsync.ReasonReconcile,
 			fmt.Sprintf("state %s reasons %v; workflow %+v %v", cur.State, reasons, v, qerr)
 	})
 	srv.Set("demo://notes/1", "v2", "text/plain")
@@ -176,16 +177,16 @@ func TestReconcileRestartsFailedSubscription(t *testing.T) {
 }
 
 // readReasons lists the reasons of a subscription's read dispatches in ordinal order.
-func (s *stack) readReasons(subID int64) []string {
+func (s *stack) readReasons(subID int64) []mcpsync.ReadReason {
 	s.t.Helper()
 	rows, err := s.st.Pool().Query(s.ctx, `SELECT reason FROM read_dispatches WHERE subscription_id = $1 ORDER BY ordinal`, subID)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []string
+	var out []mcpsync.ReadReason
 	for rows.Next() {
-		var r string
+		var r mcpsync.ReadReason
 		if err := rows.Scan(&r); err != nil {
 			s.t.Fatal(err)
 		}

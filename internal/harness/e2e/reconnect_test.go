@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
@@ -178,7 +179,7 @@ func TestReconnectAcceptsChangeMadeWhileDisconnected(t *testing.T) {
 					// A live update, notified re-encoded, is routed and read by the original URI.
 					srv.Set(u, "after reconnect\n", "text/plain")
 					s.waitDigest("src", u, ledger.Digest([]byte("after reconnect\n")))
-					if ds := s.dispatches(sub.ID); ds[len(ds)-1].Reason != string(ledger.ReasonNotification) {
+					if ds := s.dispatches(sub.ID); ds[len(ds)-1].Reason != string(mcpsync.ReasonNotification) {
 						t.Errorf("last read %+v, want one caused by the notification", ds[len(ds)-1])
 					}
 					for read := range srv.Stats().Reads {
@@ -201,7 +202,7 @@ func TestReconnectAcceptsChangeMadeWhileDisconnected(t *testing.T) {
 			var before ledger.Subscription
 			eventually(t, 30*time.Second, "first version accepted", func() (bool, string) {
 				before = s.sub("src", srvr.uri)
-				return before.State == ledger.StateActive && before.LastAcceptedDigest != "", fmt.Sprintf("%s %q", before.State, before.StateReason)
+				return before.State == mcpsync.StateActive && before.LastAcceptedDigest != "", fmt.Sprintf("%s %q", before.State, before.StateReason)
 			})
 
 			start := time.Now()
@@ -217,7 +218,7 @@ func TestReconnectAcceptsChangeMadeWhileDisconnected(t *testing.T) {
 			var after ledger.Subscription
 			eventually(t, 30*time.Second, "change accepted after reconnect", func() (bool, string) {
 				after = s.sub("src", srvr.uri)
-				return after.State == ledger.StateActive && after.SessionGeneration == cur.Generation() &&
+				return after.State == mcpsync.StateActive && after.SessionGeneration == cur.Generation() &&
 						after.LastAcceptedDigest != before.LastAcceptedDigest,
 					fmt.Sprintf("%s on generation %d (%q), digest %s", after.State, after.SessionGeneration, after.StateReason, after.LastAcceptedDigest)
 			})
@@ -230,12 +231,12 @@ func TestReconnectAcceptsChangeMadeWhileDisconnected(t *testing.T) {
 			ds := s.dispatches(after.ID)
 			var accepted *dispatch
 			for i := range ds {
-				if ds[i].SessionGeneration == cur.Generation() && ds[i].Outcome == string(ledger.Accepted) {
+				if ds[i].SessionGeneration == cur.Generation() && ds[i].Outcome == string(mcpsync.OutcomeAccepted) {
 					accepted = &ds[i]
 					break
 				}
 			}
-			if accepted == nil || accepted.Reason != string(ledger.ReasonSessionChange) {
+			if accepted == nil || accepted.Reason != string(mcpsync.ReasonSessionChange) {
 				t.Errorf("first accepted read on the new generation: %+v (all %+v), want reason session_change", accepted, ds)
 			}
 			// The ledger passed RECONCILIATION_REQUIRED → SUBSCRIBING → ACTIVE on the new session.
@@ -245,9 +246,9 @@ func TestReconnectAcceptsChangeMadeWhileDisconnected(t *testing.T) {
 			}
 			var kinds []string
 			for _, r := range rs {
-				if r.Kind == "SESSION_CHANGED" || r.SessionGeneration != nil && *r.SessionGeneration == cur.Generation() &&
-					(r.Kind == "SUBSCRIBING" || r.Kind == "ACTIVATED") {
-					kinds = append(kinds, r.Kind)
+				if r.Kind == mcpsync.ReceiptSessionChanged || r.SessionGeneration != nil && *r.SessionGeneration == cur.Generation() &&
+					(r.Kind == mcpsync.ReceiptSubscribing || r.Kind == mcpsync.ReceiptActivated) {
+					kinds = append(kinds, string(r.Kind))
 				}
 			}
 			if want := "SESSION_CHANGED SUBSCRIBING ACTIVATED"; !strings.Contains(strings.Join(kinds, " "), want) {

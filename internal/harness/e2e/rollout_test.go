@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/consumers"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -90,8 +91,8 @@ func TestRolloutShadowPercentAndRollback(t *testing.T) {
 	// Roll-back: watermarks and close receipts are kept, and an old read is still fenced.
 	sub := s.sub("ro", "demo://ro/01")
 	old, err := s.st.AllocateReadOrdinal(s.ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
-		SessionGeneration: sub.SessionGeneration, URI: sub.URI, RequestID: "old-read", Reason: ledger.ReasonRevalidate})
-	if err != nil || old.Outcome != ledger.Allocated {
+		SessionGeneration: sub.SessionGeneration, URI: sub.URI, RequestID: "old-read", Reason: mcpsync.ReasonRevalidate})
+	if err != nil || old.Outcome != mcpsync.OutcomeAllocated {
 		t.Fatalf("allocate: %+v %v", old, err)
 	}
 	srv.Set("demo://ro/01", "v3", "text/plain")
@@ -108,13 +109,13 @@ func TestRolloutShadowPercentAndRollback(t *testing.T) {
 	acc, err := s.st.AcceptResourceVersion(s.ctx, ledger.AcceptRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
 		SessionGeneration: sub.SessionGeneration, URI: sub.URI, Ordinal: old.Ordinal, RequestID: "old-read",
 		Version: ledger.VersionInfo{Digest: ledger.Digest([]byte("v2"))}})
-	if err != nil || acc.Outcome != ledger.Stale {
+	if err != nil || acc.Outcome != mcpsync.OutcomeStale {
 		t.Errorf("old read after the roll-back: %+v %v, want STALE", acc, err)
 	}
 	if cur := s.sub("ro", "demo://ro/01"); cur.LastAcceptedOrdinal != after.LastAcceptedOrdinal {
 		t.Errorf("watermark moved across the roll-back: %d → %d", after.LastAcceptedOrdinal, cur.LastAcceptedOrdinal)
 	}
-	if cur := s.sub("ro", "demo://ro/02"); cur.State != ledger.StateClosed || cur.CloseOrdinal == nil {
+	if cur := s.sub("ro", "demo://ro/02"); cur.State != mcpsync.StateClosed || cur.CloseOrdinal == nil {
 		t.Errorf("closed subscription after the roll-back: %s close ordinal %v", cur.State, cur.CloseOrdinal)
 	}
 	if _, errOut, code := s.cli("get", "ro", "demo://ro/01"); code != 5 {

@@ -27,10 +27,10 @@ import (
 	"github.com/mcpsync/mcpsync/internal/cli"
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/harness/invariants"
-	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/harness/localstack"
-	"github.com/mcpsync/mcpsync/internal/mcphost"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/mcphost"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
@@ -151,7 +151,7 @@ func (s *stack) stopWorkers() {
 }
 
 // cli runs an mcpsync command against the stack.
-func (s *stack) cli(args ...string) (stdout, stderr string, code int) {
+func (s *stack) cli(args ...string) (stdout, stderr string, code cli.ExitCode) {
 	var out, errb bytes.Buffer
 	code = cli.Run(s.ctx, cli.Env{Stdout: &out, Stderr: &errb, Store: s.st, Temporal: s.tc,
 		Config: config.Env{Namespace: s.ts.GetDefaultNamespace(), DatabaseURL: s.dbURL}}, args)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -21,7 +22,7 @@ func TestTombstoneConfirmedByListReconciliation(t *testing.T) {
 	srv.Delete("demo://notes/1")
 	eventually(t, 60*time.Second, "deletion confirmed and closed", func() (bool, string) {
 		sub := s.sub("tomb", "demo://notes/1")
-		return sub.State == ledger.StateClosed, fmt.Sprintf("%s: %s", sub.State, sub.StateReason)
+		return sub.State == mcpsync.StateClosed, fmt.Sprintf("%s: %s", sub.State, sub.StateReason)
 	})
 	sub := s.sub("tomb", "demo://notes/1")
 	v, err := s.st.LatestVersion(s.ctx, sub.ID)
@@ -51,7 +52,7 @@ func TestTombstoneClearedWhenResourcePresent(t *testing.T) {
 	srv.Set("demo://notes/1", "v2", "text/plain")
 	eventually(t, 60*time.Second, "back to ACTIVE with the new content", func() (bool, string) {
 		sub := s.sub("back", "demo://notes/1")
-		return sub.State == ledger.StateActive && sub.LastAcceptedDigest == ledger.Digest([]byte("v2")),
+		return sub.State == mcpsync.StateActive && sub.LastAcceptedDigest == ledger.Digest([]byte("v2")),
 			fmt.Sprintf("%s: %s", sub.State, sub.StateReason)
 	})
 	sub := s.sub("back", "demo://notes/1")
@@ -62,7 +63,7 @@ func TestTombstoneClearedWhenResourcePresent(t *testing.T) {
 		t.Errorf("a tombstone was written for a resource still listed")
 	}
 	reasons := s.readReasons(sub.ID)
-	if reasons[len(reasons)-1] != "reconcile" {
+	if reasons[len(reasons)-1] != mcpsync.ReasonReconcile {
 		t.Errorf("reads %v: want a reconcile read after the tombstone was cleared", reasons)
 	}
 	s.checkInvariants()

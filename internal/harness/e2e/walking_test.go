@@ -10,11 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/cli"
 	"github.com/mcpsync/mcpsync/internal/config"
-	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 // The walking skeleton over streamable HTTP: source add → subscribe → the server changes
@@ -35,7 +36,7 @@ func TestSubscribeReadAcceptUnsubscribeOverHTTP(t *testing.T) {
 
 	s.mustCLI("source", "add", "chaos", "--url", h.URL)
 	out := s.mustCLI("subscribe", "chaos", "demo://notes/1")
-	if !strings.Contains(out, "ACTIVE") {
+	if !strings.Contains(out, string(mcpsync.StateActive)) {
 		t.Errorf("subscribe output %q does not say ACTIVE", out)
 	}
 	s.mustCLI("subscribe", "chaos", "demo://notes/2")
@@ -60,11 +61,11 @@ func TestSubscribeReadAcceptUnsubscribeOverHTTP(t *testing.T) {
 	}
 
 	out = s.mustCLI("unsubscribe", "chaos", "demo://notes/1")
-	if !strings.Contains(out, "CLOSED") {
+	if !strings.Contains(out, string(mcpsync.StateClosed)) {
 		t.Errorf("unsubscribe output %q does not say CLOSED", out)
 	}
 	closed := s.sub("chaos", "demo://notes/1")
-	if closed.State != ledger.StateClosed || closed.CloseOrdinal == nil {
+	if closed.State != mcpsync.StateClosed || closed.CloseOrdinal == nil {
 		t.Fatalf("after unsubscribe: %s close ordinal %v", closed.State, closed.CloseOrdinal)
 	}
 	srv.Set("demo://notes/1", "third body\n", "text/plain")
@@ -86,7 +87,7 @@ func TestCLIErrors(t *testing.T) {
 	s.mustCLI("source", "add", "demo", "--stdio", "demo-server --flag 'a b'")
 	tests := []struct {
 		args []string
-		code int
+		code cli.ExitCode
 		msg  string
 	}{
 		{[]string{}, 2, ""},
@@ -155,7 +156,7 @@ func TestDemoServerOverStdio(t *testing.T) {
 	})
 	s.mustCLI("unsubscribe", "demo", "demo://notes/1")
 	closed := s.sub("demo", "demo://notes/1")
-	if closed.State != ledger.StateClosed {
+	if closed.State != mcpsync.StateClosed {
 		t.Fatalf("state %s after unsubscribe", closed.State)
 	}
 	versions, err := s.st.Versions(s.ctx, closed.ID)
@@ -182,7 +183,7 @@ func TestDemoServerOverStdio(t *testing.T) {
 // The CLI works only on a ledger at exactly its own schema version: it says what to do when
 // the schema is missing or older (start the worker, which migrates) or newer (upgrade).
 func TestCLISchemaVersion(t *testing.T) {
-	run := func(dbURL string) (string, int) {
+	run := func(dbURL string) (string, cli.ExitCode) {
 		var out, errb strings.Builder
 		code := cli.Run(context.Background(), cli.Env{Stdout: &out, Stderr: &errb,
 			Config: config.Env{DatabaseURL: dbURL, TemporalAddress: "127.0.0.1:1", Namespace: "default"}}, []string{"source", "list"})

@@ -9,8 +9,8 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/harness/invariants"
-	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/harness/shuffle"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 func init() {

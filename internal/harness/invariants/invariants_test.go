@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/invariants"
-	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -43,7 +44,7 @@ func TestCheckCleanAndBroken(t *testing.T) {
 	st.Activate(ctx, sub.ID, sub.Generation, sess.Generation)
 	accept := func(req, body string) ledger.AcceptResult {
 		d, err := st.AllocateReadOrdinal(ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
-			SessionGeneration: sess.Generation, URI: "demo://a", RequestID: req, Reason: ledger.ReasonNotification})
+			SessionGeneration: sess.Generation, URI: "demo://a", RequestID: req, Reason: mcpsync.ReasonNotification})
 		if err != nil {
 			t.Fatal(err)
 		}

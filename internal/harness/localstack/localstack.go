@@ -27,10 +27,10 @@ import (
 	"github.com/mcpsync/mcpsync/dbschema"
 	"github.com/mcpsync/mcpsync/internal/cli"
 	"github.com/mcpsync/mcpsync/internal/config"
+	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
-	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
@@ -212,8 +212,8 @@ func (s *Stack) AddWorker(ctx context.Context, name string) (*workerapp.Worker, 
 // CLI runs an mcpsync command against the stack and returns its output and exit code.
 func (s *Stack) CLI(ctx context.Context, args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
-	code = cli.Run(ctx, cli.Env{Stdout: &out, Stderr: &errb, Store: s.Store, Temporal: s.Client,
-		Config: config.Env{Namespace: s.Namespace, DatabaseURL: s.DatabaseURL}}, args)
+	code = int(cli.Run(ctx, cli.Env{Stdout: &out, Stderr: &errb, Store: s.Store, Temporal: s.Client,
+		Config: config.Env{Namespace: s.Namespace, DatabaseURL: s.DatabaseURL}}, args))
 	return out.String(), errb.String(), code
 }
 

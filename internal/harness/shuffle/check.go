@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync"
 )
 
 // Rows the checker reads back. Everything it decides comes from these, not from the harness's
@@ -14,7 +14,7 @@ import (
 type (
 	rReceipt struct {
 		id        int64
-		kind      string
+		kind      mcpsync.ReceiptKind
 		gen, sgen *int64
 		ord       *int64
 		req       *string
@@ -38,14 +38,14 @@ type (
 		digest  string
 	}
 	rSub struct {
-		state                   ledger.State
-		gen, sgen               int64
-		issued, wm              int64
-		closeOrd                *int64
-		closeEpoch              int64
-		srcGen                  int64
-		sessionLive             bool
-		lastDigest, sessionNote string
+		state       mcpsync.State
+		gen, sgen   int64
+		issued, wm  int64
+		closeOrd    *int64
+		closeEpoch  int64
+		srcGen      int64
+		sessionLive bool
+		lastDigest  string
 	}
 )
 
@@ -155,7 +155,7 @@ func (iv *interleaving) check() ([]Violation, error) {
 	type fence struct{ receiptID, ord int64 }
 	fences := map[int64]fence{} // subscription generation -> its close fence
 	var (
-		state               ledger.State
+		state               mcpsync.State
 		gen, sgen           int64
 		issued, wm          int64
 		lastAcceptReceiptID int64
@@ -165,63 +165,63 @@ func (iv *interleaving) check() ([]Violation, error) {
 	for _, r := range recs {
 		rg, rs, ro := i64(r.gen), i64(r.sgen), i64(r.ord)
 		switch r.kind {
-		case "SUBSCRIPTION_OPENED":
+		case mcpsync.ReceiptSubscriptionOpened:
 			if rg <= gen {
 				bad(kindStateMismatch, "subscription opened again with generation %d after %d (receipt %d)", rg, gen, r.id)
 			}
-			state, gen, sgen = ledger.StateDiscovered, rg, 0
-		case "SUBSCRIBING":
-			state, sgen = ledger.StateSubscribing, rs
-		case "ACTIVATED", "TOMBSTONE_CLEARED":
+			state, gen, sgen = mcpsync.StateDiscovered, rg, 0
+		case mcpsync.ReceiptSubscribing:
+			state, sgen = mcpsync.StateSubscribing, rs
+		case mcpsync.ReceiptActivated, mcpsync.ReceiptTombstoneCleared:
 			if rg != gen || rs != sgen {
 				bad(kindStateMismatch, "%s for generation %d session %d while bound to %d/%d (receipt %d)", r.kind, rg, rs, gen, sgen, r.id)
 			}
-			state = ledger.StateActive
-		case "RECONCILIATION_REQUIRED", "SESSION_CHANGED":
-			state = ledger.StateReconciliationRequired
-		case "CLOSE_FENCE":
+			state = mcpsync.StateActive
+		case mcpsync.ReceiptReconciliationRequired, mcpsync.ReceiptSessionChanged:
+			state = mcpsync.StateReconciliationRequired
+		case mcpsync.ReceiptCloseFence:
 			if state.Closing() || rg != gen {
 				bad(kindStateMismatch, "close fence of generation %d from %s generation %d (receipt %d)", rg, state, gen, r.id)
 			}
-			state = ledger.StateUnsubscribing
+			state = mcpsync.StateUnsubscribing
 			fences[rg] = fence{receiptID: r.id, ord: ro}
 			if ro != issued {
 				bad(kindStateMismatch, "close ordinal %d, but %d ordinals were issued (receipt %d)", ro, issued, r.id)
 			}
-		case "TOMBSTONE_CONFIRMED":
+		case mcpsync.ReceiptTombstoneConfirmed:
 			// List reconciliation confirmed the deletion: the tombstone version and its
 			// invalidation are written together with a close fence (ConfirmTombstone).
-			if state != ledger.StateTombstonePending || rg != gen {
+			if state != mcpsync.StateTombstonePending || rg != gen {
 				bad(kindLateTombstone, "tombstone confirmed from %s generation %d (receipt %d)", state, rg, r.id)
 			}
-			state = ledger.StateUnsubscribing
+			state = mcpsync.StateUnsubscribing
 			fences[rg] = fence{receiptID: r.id, ord: i64(r.closeOrd)}
 			if r.outbox != nil {
 				outboxReceipt[*r.outbox] = r.id
 			}
-		case "UNSUBSCRIBE_UNKNOWN":
-			state = ledger.StateUnsubscribeUnknown
-		case "CLOSED", "CLOSED_WITH_SESSION":
-			state = ledger.StateClosed
-		case "ALLOCATED":
-			if state != ledger.StateActive || rg != gen || rs != sgen {
+		case mcpsync.ReceiptUnsubscribeUnknown:
+			state = mcpsync.StateUnsubscribeUnknown
+		case mcpsync.ReceiptClosed, mcpsync.ReceiptClosedWithSession:
+			state = mcpsync.StateClosed
+		case mcpsync.ReceiptKind(mcpsync.OutcomeAllocated):
+			if state != mcpsync.StateActive || rg != gen || rs != sgen {
 				bad(kindAllocationAfter, "ordinal %d issued while %s (generation %d/%d, session %d/%d, receipt %d)", ro, state, rg, gen, rs, sgen, r.id)
 			}
 			if ro != issued+1 {
 				bad(kindStateMismatch, "ordinal %d issued after %d (receipt %d)", ro, issued, r.id)
 			}
 			issued = max(issued, ro)
-		case string(ledger.Accepted), string(ledger.Revalidated), string(ledger.TombstonePending):
+		case mcpsync.ReceiptKind(mcpsync.OutcomeAccepted), mcpsync.ReceiptKind(mcpsync.OutcomeRevalidated), mcpsync.ReceiptKind(mcpsync.OutcomeTombstonePending):
 			if str(r.key) == "" {
 				continue // not an acceptance: none of these kinds is written without its key
 			}
 			kind := kindNonActive
-			if r.kind == string(ledger.TombstonePending) {
+			if r.kind == mcpsync.ReceiptKind(mcpsync.OutcomeTombstonePending) {
 				kind = kindLateTombstone
 			}
 			if f, ok := fences[rg]; ok && r.id > f.receiptID {
 				bad(kind, "%s of ordinal %d after the close fence of generation %d (receipts %d > %d)", r.kind, ro, rg, r.id, f.receiptID)
-			} else if state != ledger.StateActive {
+			} else if state != mcpsync.StateActive {
 				bad(kind, "%s of ordinal %d while %s (receipt %d)", r.kind, ro, state, r.id)
 			}
 			if rg < gen {
@@ -234,8 +234,8 @@ func (iv *interleaving) check() ([]Violation, error) {
 				bad(kindRegression, "%s of ordinal %d at or below the watermark %d (receipt %d after %d)", r.kind, ro, wm, r.id, lastAcceptReceiptID)
 			}
 			wm, lastAcceptReceiptID = max(wm, ro), r.id
-			if r.kind == string(ledger.TombstonePending) {
-				state = ledger.StateTombstonePending
+			if r.kind == mcpsync.ReceiptKind(mcpsync.OutcomeTombstonePending) {
+				state = mcpsync.StateTombstonePending
 			}
 			if _, twice := acceptedAt[ro]; twice {
 				bad(kindReceiptDuplicated, "ordinal %d accepted twice (receipt %d)", ro, r.id)
@@ -261,7 +261,7 @@ func (iv *interleaving) check() ([]Violation, error) {
 		bad(kindStateMismatch, "close ordinal of the row %v, its fence receipt froze %d", sub.closeOrd, f.ord)
 	}
 	switch sub.state {
-	case ledger.StateActive, ledger.StateSubscribing, ledger.StateTombstonePending:
+	case mcpsync.StateActive, mcpsync.StateSubscribing, mcpsync.StateTombstonePending:
 		if !sub.sessionLive {
 			bad(kindStaleBinding, "%s on session %d, but the source's live session is %d", sub.state, sub.sgen, sub.srcGen)
 		}
@@ -304,7 +304,7 @@ func (iv *interleaving) check() ([]Violation, error) {
 	// Dispatches: ordinals 1..issued, each with its ALLOCATED receipt, none past a close fence.
 	allocated := map[int64]bool{}
 	for _, r := range recs {
-		if r.kind == string(ledger.Allocated) {
+		if r.kind == mcpsync.ReceiptKind(mcpsync.OutcomeAllocated) {
 			allocated[i64(r.ord)] = true
 		}
 	}
@@ -338,15 +338,15 @@ func (iv *interleaving) check() ([]Violation, error) {
 		}
 		phase := str(r.phase)
 		if phase == "" {
-			phase = r.kind
-			if r.kind == string(ledger.Accepted) || r.kind == string(ledger.Revalidated) {
+			phase = string(r.kind)
+			if r.kind == mcpsync.ReceiptKind(mcpsync.OutcomeAccepted) || r.kind == mcpsync.ReceiptKind(mcpsync.OutcomeRevalidated) {
 				phase = "accept"
-			} else if r.kind == string(ledger.TombstonePending) {
+			} else if r.kind == mcpsync.ReceiptKind(mcpsync.OutcomeTombstonePending) {
 				phase = "not_found"
 			}
 		}
 		k := response{phase: phase, req: str(r.req), digest: str(r.digest), ord: i64(r.ord)}
-		if phase == "allocate" || phase == string(ledger.Allocated) {
+		if phase == "allocate" || phase == string(mcpsync.OutcomeAllocated) {
 			k = response{phase: "allocate", req: str(r.req)}
 		}
 		if first, dup := seen[k]; dup {

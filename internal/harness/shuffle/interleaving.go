@@ -11,6 +11,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
@@ -158,7 +159,7 @@ func (iv *interleaving) setup(runID string) error {
 		src.ID, iv.host); err != nil {
 		return fmt.Errorf("setup: lease: %w", err)
 	}
-	sess, _, err := iv.st.OpenSession(ctx, src.ID, iv.host, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true})
+	sess, _, err := iv.st.OpenSession(ctx, src.ID, iv.host, ledger.CapabilityReceipt{ProtocolVersion: mcpsync.ProtocolVersion20251125, Resources: true, Subscribe: true})
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
@@ -177,7 +178,7 @@ func (iv *interleaving) setup(runID string) error {
 		if err != nil {
 			return fmt.Errorf("setup: %w", err)
 		}
-		if r.Outcome != ledger.Transitioned {
+		if r.Outcome != mcpsync.OutcomeTransitioned {
 			return fmt.Errorf("setup: subscription %d: %+v", sub.ID, r)
 		}
 	}
@@ -212,12 +213,12 @@ func (iv *interleaving) allocate(client int, gen, sgen int64, req string, fresh 
 	in := opInput{kind: opAllocate, gen: gen, sgen: sgen, req: req}
 	call := iv.now()
 	d, err := iv.st.AllocateReadOrdinal(iv.ctx, ledger.AllocateRequest{SubscriptionID: iv.subID, Generation: gen,
-		SessionGeneration: sgen, URI: iv.uri, RequestID: req, Reason: ledger.ReasonNotification})
+		SessionGeneration: sgen, URI: iv.uri, RequestID: req, Reason: mcpsync.ReasonNotification})
 	out := opOutput{outcome: d.Outcome, ord: d.Ordinal}
 	iv.record(client, in, out, call, err)
 	iv.mu.Lock()
 	iv.keys = append(iv.keys, fmt.Sprintf("allocate/%d/%s", iv.subID, req))
-	if err == nil && d.Outcome == ledger.Allocated && fresh {
+	if err == nil && d.Outcome == mcpsync.OutcomeAllocated && fresh {
 		iv.pending = append(iv.pending, dispatch{ord: d.Ordinal, req: req, gen: gen, sgen: sgen})
 		iv.cond.Broadcast()
 	}
@@ -235,7 +236,7 @@ func (iv *interleaving) answer(client int, a answer) {
 	var key string
 	if a.notFound {
 		in = opInput{kind: opNotFound, gen: a.d.gen, sgen: a.d.sgen, ord: a.d.ord, req: a.d.req}
-		var o ledger.Outcome
+		var o mcpsync.Outcome
 		o, err = iv.st.RecordNotFound(iv.ctx, ledger.NotFoundRequest{SubscriptionID: iv.subID, Generation: a.d.gen,
 			SessionGeneration: a.d.sgen, URI: iv.uri, Ordinal: a.d.ord, RequestID: a.d.req})
 		out = opOutput{outcome: o}
@@ -263,264 +264,4 @@ func (iv *interleaving) transition(client int, in opInput, call func() (ledger.T
 	r, err := call()
 	iv.record(client, in, opOutput{outcome: r.Outcome}, start, err)
 	return r
-}
-
-// pulser stands for the session host and the workflow's dispatch: notification pulses, each
-// followed by a read ordinal allocation on the subscription as the harness last saw it, some
-// retried with the same request ID, some sent with a stale session generation.
-func (iv *interleaving) pulser(rng *rand.Rand) {
-	defer func() {
-		iv.mu.Lock()
-		iv.pulserDone = true
-		iv.cond.Broadcast()
-		iv.mu.Unlock()
-	}()
-	n := 3 + rng.IntN(4)
-	for i := 0; i < n && iv.ctx.Err() == nil; i++ {
-		iv.mu.Lock()
-		gen, sgen, srcGen := iv.subGen, iv.subSgen, iv.srcGen
-		iv.notifySeq++
-		seq := iv.notifySeq
-		iv.mu.Unlock()
-		if rng.IntN(2) == 0 {
-			_, _, err := iv.st.RecordNotification(iv.ctx, ledger.Notification{SourceID: iv.srcID, SessionGeneration: srcGen,
-				Seq: seq, URI: iv.uri, ServerURI: iv.uri})
-			iv.mu.Lock()
-			iv.ops++
-			if err != nil && !errors.Is(err, context.Canceled) {
-				iv.errs = append(iv.errs, fmt.Errorf("record notification: %w", err))
-			}
-			iv.mu.Unlock()
-		}
-		if sgen > 1 && rng.IntN(10) == 0 {
-			sgen-- // a dispatch from a session that is already gone
-		}
-		req := fmt.Sprintf("p%d", i)
-		iv.allocate(clientPulser, gen, sgen, req, true)
-		if rng.IntN(5) == 0 {
-			iv.allocate(clientPulser, gen, sgen, req, false) // the activity retried
-		}
-	}
-}
-
-// reader answers dispatches in random order: fresh content (from a small set of bodies, so
-// some answers revalidate), not-found, exact retries of earlier answers, and second, different
-// answers to dispatches already answered. Some reads are slow: the reader holds their answer
-// back until the session churner and the lifecycle keeper have finished, so it arrives after
-// whatever they did — a close, a new generation, a new session.
-func (iv *interleaving) reader(rng *rand.Rand, client int) {
-	bodies := []string{"alpha", "beta", "gamma"}
-	var slow []answer
-	defer func() {
-		iv.mu.Lock()
-		for iv.lifecycleLeft > 0 && len(slow) > 0 {
-			iv.cond.Wait()
-		}
-		iv.mu.Unlock()
-		for _, a := range slow {
-			iv.answer(client, a)
-		}
-	}()
-	n := 3 + rng.IntN(3)
-	for i := 0; i < n && iv.ctx.Err() == nil; i++ {
-		iv.mu.Lock()
-		for len(iv.pending) == 0 && len(iv.answered) == 0 && !iv.pulserDone {
-			iv.cond.Wait()
-		}
-		var a answer
-		switch {
-		case len(iv.pending) > 0 && (len(iv.answered) == 0 || rng.IntN(4) != 0):
-			k := rng.IntN(len(iv.pending))
-			a.d = iv.pending[k]
-			iv.pending = append(iv.pending[:k], iv.pending[k+1:]...)
-			a.notFound = rng.IntN(8) == 0
-			a.body = bodies[rng.IntN(len(bodies))]
-			if rng.IntN(4) == 0 {
-				slow = append(slow, a)
-				iv.mu.Unlock()
-				continue
-			}
-		case len(iv.answered) > 0:
-			a = iv.answered[rng.IntN(len(iv.answered))]
-			if rng.IntN(2) == 0 { // a different answer to the same dispatch
-				a.notFound = rng.IntN(6) == 0
-				a.body = bodies[rng.IntN(len(bodies))] + "'"
-			}
-		default:
-			iv.mu.Unlock()
-			return
-		}
-		iv.mu.Unlock()
-		iv.answer(client, a)
-		if rng.IntN(10) == 0 {
-			iv.answer(client, a) // the activity retried
-		}
-	}
-}
-
-// churner changes the source's session: a new connection (OpenSession), or the connection
-// ends first (CloseSession) and then a new one opens; sometimes it ends an old generation
-// again.
-func (iv *interleaving) churner(rng *rand.Rand) {
-	n := rng.IntN(3)
-	for i := 0; i < n && iv.ctx.Err() == nil; i++ {
-		iv.mu.Lock()
-		cur := iv.srcGen
-		iv.mu.Unlock()
-		if rng.IntN(3) == 0 {
-			iv.closeSession(cur)
-		}
-		if cur > 1 && rng.IntN(5) == 0 {
-			iv.closeSession(cur - 1) // a late end of a superseded session
-		}
-		call := iv.now()
-		sess, _, err := iv.st.OpenSession(iv.ctx, iv.srcID, iv.host, ledger.CapabilityReceipt{ProtocolVersion: "2025-11-25", Resources: true, Subscribe: true})
-		iv.record(clientChurner, opInput{kind: opOpenSession}, opOutput{outcome: ledger.Transitioned, gen: sess.Generation}, call, err)
-		if err == nil {
-			iv.mu.Lock()
-			iv.srcGen = max(iv.srcGen, sess.Generation)
-			iv.mu.Unlock()
-		}
-	}
-}
-
-func (iv *interleaving) closeSession(gen int64) {
-	call := iv.now()
-	o, err := iv.st.CloseSession(iv.ctx, iv.srcID, gen, "shuffle")
-	iv.record(clientChurner, opInput{kind: opCloseSession, sgen: gen}, opOutput{outcome: o}, call, err)
-}
-
-// keeper is the subscription workflow's lifecycle: it re-establishes the subscription on the
-// newest session when a session change parked it, unsubscribes (begin, acknowledgement lost or
-// not, complete — with retries), re-subscribes after CLOSED (a new generation), parks it for
-// reconciliation and restores it from a pending tombstone. Its last step waits for the session
-// churner to finish and then reacts to where the subscription stands, as the workflow reacts
-// to SessionChanged, so slow answers often meet a subscription re-established on a newer
-// session or generation.
-func (iv *interleaving) keeper(rng *rand.Rand) {
-	n := 2 + rng.IntN(3)
-	for i := 0; i < n && iv.ctx.Err() == nil; i++ {
-		if i == n-1 {
-			iv.mu.Lock()
-			for !iv.churnerDone {
-				iv.cond.Wait()
-			}
-			iv.mu.Unlock()
-		}
-		sub, err := iv.st.SubscriptionByID(iv.ctx, iv.subID)
-		iv.mu.Lock()
-		iv.ops++
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				iv.errs = append(iv.errs, err)
-			}
-			iv.mu.Unlock()
-			return
-		}
-		srcGen := iv.srcGen
-		iv.mu.Unlock()
-		gen, sgen := sub.Generation, sub.SessionGeneration
-		switch sub.State {
-		case ledger.StateDiscovered, ledger.StateReconciliationRequired:
-			iv.establish(rng, gen, srcGen)
-		case ledger.StateSubscribing:
-			iv.establish(rng, gen, sgen)
-		case ledger.StateTombstonePending:
-			if rng.IntN(2) == 0 {
-				iv.transition(clientKeeper, opInput{kind: opRestore, gen: gen, sgen: sgen}, func() (ledger.TransitionResult, error) {
-					return iv.st.RestoreFromTombstone(iv.ctx, iv.subID, gen, sgen)
-				})
-			} else {
-				iv.unsubscribe(rng, gen)
-			}
-		case ledger.StateActive:
-			switch k := rng.IntN(10); {
-			case k < 4:
-				iv.unsubscribe(rng, gen)
-			case k < 6:
-				iv.transition(clientKeeper, opInput{kind: opMarkRR, gen: gen}, func() (ledger.TransitionResult, error) {
-					return iv.st.MarkReconciliationRequired(iv.ctx, iv.subID, gen, "shuffle")
-				})
-				iv.establish(rng, gen, srcGen)
-			}
-		case ledger.StateUnsubscribing, ledger.StateUnsubscribeUnknown:
-			iv.finishUnsubscribe(rng, gen, sub.CloseEpoch)
-		case ledger.StateClosed:
-			call := iv.now()
-			s, err := iv.st.EnsureSubscription(iv.ctx, ledger.EnsureSpec{Principal: "shuffle", SourceID: iv.srcID,
-				URI: iv.uri, ServerURI: iv.uri, WorkflowID: sub.WorkflowID})
-			iv.record(clientKeeper, opInput{kind: opEnsure}, opOutput{outcome: ledger.Transitioned, gen: s.Generation}, call, err)
-			if err == nil {
-				iv.mu.Lock()
-				iv.subGen, iv.subSgen = s.Generation, 0
-				iv.mu.Unlock()
-				iv.establish(rng, s.Generation, srcGen)
-			}
-		}
-	}
-}
-
-// establish subscribes on session sgen and activates, as the workflow does after a session
-// change; the pulser then dispatches on that binding.
-func (iv *interleaving) establish(rng *rand.Rand, gen, sgen int64) {
-	r := iv.transition(clientKeeper, opInput{kind: opBeginSubscribe, gen: gen, sgen: sgen}, func() (ledger.TransitionResult, error) {
-		return iv.st.BeginSubscribe(iv.ctx, iv.subID, gen, sgen)
-	})
-	if !r.Outcome.OK() {
-		return
-	}
-	activate := func() ledger.TransitionResult {
-		return iv.transition(clientKeeper, opInput{kind: opActivate, gen: gen, sgen: sgen}, func() (ledger.TransitionResult, error) {
-			return iv.st.Activate(iv.ctx, iv.subID, gen, sgen)
-		})
-	}
-	r = activate()
-	if rng.IntN(5) == 0 {
-		activate() // the activity retried
-	}
-	if r.Outcome.OK() {
-		iv.mu.Lock()
-		iv.subGen, iv.subSgen = gen, sgen
-		iv.mu.Unlock()
-	}
-}
-
-// unsubscribe passes the close fence and finishes the close.
-func (iv *interleaving) unsubscribe(rng *rand.Rand, gen int64) {
-	begin := func() ledger.CloseResult {
-		call := iv.now()
-		cr, err := iv.st.BeginUnsubscribe(iv.ctx, iv.subID, gen, "shuffle")
-		iv.record(clientKeeper, opInput{kind: opBeginUnsubscribe, gen: gen},
-			opOutput{outcome: cr.Outcome, ord: cr.CloseOrdinal, epoch: cr.CloseEpoch}, call, err)
-		return cr
-	}
-	cr := begin()
-	if rng.IntN(4) == 0 {
-		cr = begin() // the activity retried
-	}
-	if cr.Outcome != ledger.Transitioned {
-		return
-	}
-	iv.finishUnsubscribe(rng, gen, cr.CloseEpoch)
-}
-
-// finishUnsubscribe loses the acknowledgement or not, then completes the close, with retries.
-func (iv *interleaving) finishUnsubscribe(rng *rand.Rand, gen, epoch int64) {
-	if rng.IntN(3) == 0 {
-		iv.transition(clientKeeper, opInput{kind: opUnknown, gen: gen, epoch: epoch}, func() (ledger.TransitionResult, error) {
-			return iv.st.MarkUnsubscribeUnknown(iv.ctx, iv.subID, gen, epoch, "ack lost")
-		})
-		if rng.IntN(3) == 0 {
-			return // stays UNSUBSCRIBE_UNKNOWN until a later step or a session change
-		}
-	}
-	complete := func() {
-		iv.transition(clientKeeper, opInput{kind: opComplete, gen: gen, epoch: epoch}, func() (ledger.TransitionResult, error) {
-			return iv.st.CompleteUnsubscribe(iv.ctx, iv.subID, gen, epoch)
-		})
-	}
-	complete()
-	if rng.IntN(4) == 0 {
-		complete() // the activity retried
-	}
 }

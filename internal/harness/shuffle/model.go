@@ -9,7 +9,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync"
 )
 
 // opKind is a ledger call the harness makes.
@@ -65,7 +65,7 @@ func (in opInput) String() string {
 
 // opOutput is what the ledger answered.
 type opOutput struct {
-	outcome ledger.Outcome
+	outcome mcpsync.Outcome
 	ord     int64 // allocate: the ordinal; begin-unsubscribe: the close ordinal
 	epoch   int64 // begin-unsubscribe: the close epoch
 	gen     int64 // open-session: the new session generation; ensure: the subscription generation
@@ -82,11 +82,11 @@ const (
 	applied
 )
 
-func classOf(kind opKind, o ledger.Outcome) class {
+func classOf(kind opKind, o mcpsync.Outcome) class {
 	switch o {
-	case ledger.Allocated, ledger.Accepted, ledger.Revalidated, ledger.TombstonePending, ledger.Transitioned:
+	case mcpsync.OutcomeAllocated, mcpsync.OutcomeAccepted, mcpsync.OutcomeRevalidated, mcpsync.OutcomeTombstonePending, mcpsync.OutcomeTransitioned:
 		return applied
-	case ledger.AlreadyDone:
+	case mcpsync.OutcomeAlreadyDone:
 		if kind == opAllocate || kind == opAccept || kind == opNotFound {
 			return refused
 		}
@@ -105,7 +105,7 @@ type mDispatch struct {
 // mFirst is the first outcome recorded under an idempotency key.
 type mFirst struct {
 	cls     class
-	outcome ledger.Outcome // for applied answers: Accepted or Revalidated
+	outcome mcpsync.Outcome // for applied answers: Accepted or Revalidated
 	ord     int64
 	epoch   int64
 }
@@ -113,7 +113,7 @@ type mFirst struct {
 // mState is the sequential model of one subscription and its source: the ledger's fences
 // written as plain Go. Values are never modified after Step returns them.
 type mState struct {
-	state           ledger.State
+	state           mcpsync.State
 	gen, sgen       int64
 	srcGen          int64
 	live            bool
@@ -130,7 +130,7 @@ func (m mState) clone() mState {
 	return m
 }
 
-func closing(s ledger.State) bool { return s.Closing() }
+func closing(s mcpsync.State) bool { return s.Closing() }
 
 // fenceSessions applies the session fence of OpenSession and CloseSession: everything bound to
 // a session generation below `below` leaves the states that session could change.
@@ -139,10 +139,10 @@ func (m *mState) fenceSessions(below int64) {
 		return
 	}
 	switch m.state {
-	case ledger.StateSubscribing, ledger.StateActive, ledger.StateTombstonePending:
-		m.state = ledger.StateReconciliationRequired
-	case ledger.StateUnsubscribing, ledger.StateUnsubscribeUnknown:
-		m.state = ledger.StateClosed
+	case mcpsync.StateSubscribing, mcpsync.StateActive, mcpsync.StateTombstonePending:
+		m.state = mcpsync.StateReconciliationRequired
+	case mcpsync.StateUnsubscribing, mcpsync.StateUnsubscribeUnknown:
+		m.state = mcpsync.StateClosed
 	}
 }
 
@@ -157,7 +157,7 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 		if f, ok := m.first[key]; ok {
 			return f.cls == cls && (cls != applied || f.ord == out.ord), m
 		}
-		if m.state == ledger.StateActive && in.gen == m.gen && in.sgen == m.sgen && in.sgen == m.srcGen {
+		if m.state == mcpsync.StateActive && in.gen == m.gen && in.sgen == m.sgen && in.sgen == m.srcGen {
 			n.issued++
 			n.disp = append(n.disp, mDispatch{gen: in.gen, sgen: in.sgen, req: in.req})
 			n.first[key] = mFirst{cls: applied, ord: n.issued}
@@ -177,18 +177,18 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 				d = x
 			}
 		}
-		if m.state == ledger.StateActive && in.gen == m.gen && in.sgen == m.sgen && d != nil && !d.answered && m.wm < in.ord {
+		if m.state == mcpsync.StateActive && in.gen == m.gen && in.sgen == m.sgen && d != nil && !d.answered && m.wm < in.ord {
 			d.answered = true
 			n.wm = in.ord
-			want := ledger.TombstonePending
+			want := mcpsync.OutcomeTombstonePending
 			if in.kind == opAccept {
-				want = ledger.Accepted
+				want = mcpsync.OutcomeAccepted
 				if in.digest == m.digest {
-					want = ledger.Revalidated
+					want = mcpsync.OutcomeRevalidated
 				}
 				n.digest = in.digest
 			} else {
-				n.state = ledger.StateTombstonePending
+				n.state = mcpsync.StateTombstonePending
 			}
 			n.first[key] = mFirst{cls: applied, outcome: want}
 			return out.outcome == want, n
@@ -206,7 +206,7 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 		}
 		switch {
 		case in.gen == m.gen && !closing(m.state):
-			n.state, n.closeOrd, n.epoch = ledger.StateUnsubscribing, m.issued, m.epoch+1
+			n.state, n.closeOrd, n.epoch = mcpsync.StateUnsubscribing, m.issued, m.epoch+1
 			n.first[key] = mFirst{cls: applied, ord: n.closeOrd, epoch: n.epoch}
 			return cls == applied && out.ord == n.closeOrd && out.epoch == n.epoch, n
 		case in.gen > m.gen:
@@ -220,9 +220,9 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 		if f, ok := m.first[key]; ok {
 			return f.cls == cls, m
 		}
-		target, from := ledger.StateClosed, []ledger.State{ledger.StateUnsubscribing, ledger.StateUnsubscribeUnknown}
+		target, from := mcpsync.StateClosed, []mcpsync.State{mcpsync.StateUnsubscribing, mcpsync.StateUnsubscribeUnknown}
 		if in.kind == opUnknown {
-			target, from = ledger.StateUnsubscribeUnknown, []ledger.State{ledger.StateUnsubscribing}
+			target, from = mcpsync.StateUnsubscribeUnknown, []mcpsync.State{mcpsync.StateUnsubscribing}
 		}
 		var c class
 		switch {
@@ -259,9 +259,9 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 		return stepTransition(m, n, in, cls)
 
 	case opEnsure:
-		if m.state == ledger.StateClosed {
+		if m.state == mcpsync.StateClosed {
 			n.gen++
-			n.state, n.sgen, n.closeOrd = ledger.StateDiscovered, 0, 0
+			n.state, n.sgen, n.closeOrd = mcpsync.StateDiscovered, 0, 0
 		}
 		return out.gen == n.gen, n
 	}
@@ -272,27 +272,27 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 // OLD_GENERATION / OLD_SESSION / REFUSED (class refused) or ALREADY_DONE (class done), in the
 // ledger's order of classification. Nothing is recorded for them.
 func stepTransition(m, n mState, in opInput, cls class) (bool, mState) {
-	var target ledger.State
+	var target mcpsync.State
 	ok := false
 	switch in.kind {
 	case opBeginSubscribe:
-		target = ledger.StateSubscribing
+		target = mcpsync.StateSubscribing
 		ok = m.live && in.sgen == m.srcGen && in.gen == m.gen && m.sgen <= in.sgen &&
-			(m.state == ledger.StateDiscovered || m.state == ledger.StateReconciliationRequired ||
-				(m.state == ledger.StateSubscribing && m.sgen < in.sgen))
+			(m.state == mcpsync.StateDiscovered || m.state == mcpsync.StateReconciliationRequired ||
+				(m.state == mcpsync.StateSubscribing && m.sgen < in.sgen))
 		if ok {
 			n.state, n.sgen = target, in.sgen
 		}
 	case opActivate:
-		target = ledger.StateActive
-		ok = m.live && in.sgen == m.srcGen && in.gen == m.gen && m.sgen == in.sgen && m.state == ledger.StateSubscribing
+		target = mcpsync.StateActive
+		ok = m.live && in.sgen == m.srcGen && in.gen == m.gen && m.sgen == in.sgen && m.state == mcpsync.StateSubscribing
 	case opRestore:
-		target = ledger.StateActive
-		ok = m.live && in.sgen == m.srcGen && in.gen == m.gen && m.sgen == in.sgen && m.state == ledger.StateTombstonePending
+		target = mcpsync.StateActive
+		ok = m.live && in.sgen == m.srcGen && in.gen == m.gen && m.sgen == in.sgen && m.state == mcpsync.StateTombstonePending
 	case opMarkRR:
-		target = ledger.StateReconciliationRequired
-		ok = in.gen == m.gen && (m.state == ledger.StateDiscovered || m.state == ledger.StateSubscribing ||
-			m.state == ledger.StateActive || m.state == ledger.StateTombstonePending)
+		target = mcpsync.StateReconciliationRequired
+		ok = in.gen == m.gen && (m.state == mcpsync.StateDiscovered || m.state == mcpsync.StateSubscribing ||
+			m.state == mcpsync.StateActive || m.state == mcpsync.StateTombstonePending)
 	}
 	if ok {
 		n.state = target
@@ -313,7 +313,7 @@ func stepTransition(m, n mState, in opInput, cls class) (bool, mState) {
 func model() porcupine.Model {
 	return porcupine.Model{
 		Init: func() any {
-			return mState{state: ledger.StateActive, gen: 1, sgen: 1, srcGen: 1, live: true, first: map[string]mFirst{}}
+			return mState{state: mcpsync.StateActive, gen: 1, sgen: 1, srcGen: 1, live: true, first: map[string]mFirst{}}
 		},
 		Step: func(state, input, output any) (bool, any) {
 			return step(state.(mState), input.(opInput), output.(opOutput))

@@ -185,21 +185,6 @@ func (r Report) WriteTable(w io.Writer) error {
 	return err
 }
 
-// WriteOutcomes prints how often each operation got each outcome, sorted by name.
-func (r Report) WriteOutcomes(w io.Writer) error {
-	keys := make([]string, 0, len(r.Outcomes))
-	for k := range r.Outcomes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%-40s %d\n", k, r.Outcomes[k])
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
 // Run executes opts.Interleavings interleavings against the ledger in pool (the schema must be
 // applied; each interleaving adds its own source and subscription and leaves them, as
 // evidence) and checks each one. It returns an error only if the harness itself could not

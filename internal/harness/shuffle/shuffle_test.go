@@ -12,9 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/internal/harness/shuffle"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -58,7 +59,7 @@ func TestShuffle(t *testing.T) {
 	}
 	opts := shuffle.Options{Interleavings: *interleavingsFlag, Seed: seed, Concurrency: *concurrencyFlag}
 	pool := newPool(t, opts.Concurrency)
-	t.Logf("seed %d, %d interleavings (replay: go test ./internal/shuffle -run 'TestShuffle$' -timeout 0 -seed=%d -interleavings=%d)",
+	t.Logf("seed %d, %d interleavings (replay: go test ./internal/harness/shuffle -run 'TestShuffle$' -timeout 0 -seed=%d -interleavings=%d)",
 		seed, opts.Interleavings, seed, opts.Interleavings)
 	rep, err := shuffle.Run(context.Background(), pool, opts)
 	if err != nil {
@@ -132,7 +133,7 @@ func brokenAccept(skip string) shuffle.AcceptFunc {
 			return ledger.AcceptResult{}, fmt.Errorf("broken accept: %w", err)
 		}
 		if id != nil {
-			return ledger.AcceptResult{Outcome: ledger.Accepted, VersionID: *id}, nil
+			return ledger.AcceptResult{Outcome: mcpsync.OutcomeAccepted, VersionID: *id}, nil
 		}
 		return st.AcceptResourceVersion(ctx, req)
 	}

@@ -1,0 +1,39 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
+// Digest returns the content digest mcpsync uses everywhere: "sha256:" and the lower-case hex
+// SHA-256 of body.
+func Digest(body []byte) string {
+	sum := sha256.Sum256(body)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// PutBlob stores body under its digest (content-addressed; storing it twice is a no-op) and
+// returns the digest.
+func (s *Store) PutBlob(ctx context.Context, body []byte, mimeType string) (string, error) {
+	d := Digest(body)
+	if body == nil {
+		body = []byte{}
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO content_blobs (digest, mime_type, size, body) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (digest) DO NOTHING`, d, mimeType, len(body), body)
+	if err != nil {
+		return "", fmt.Errorf("ledger: put blob: %w", err)
+	}
+	return d, nil
+}
+
+// Blob returns the body stored under digest, or ErrNotFound.
+func (s *Store) Blob(ctx context.Context, digest string) ([]byte, error) {
+	var body []byte
+	if err := s.pool.QueryRow(ctx, `SELECT body FROM content_blobs WHERE digest = $1`, digest).Scan(&body); err != nil {
+		return nil, notFound(err, "ledger: blob "+digest)
+	}
+	return body, nil
+}

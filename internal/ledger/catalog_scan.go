@@ -1,0 +1,296 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Scan outcomes of a discovery round.
+const (
+	ScanRunning  = "RUNNING"
+	ScanComplete = "COMPLETE"
+	ScanFailed   = "FAILED"
+)
+
+// Entry kinds of a catalog.
+const (
+	EntryResource = "resource"
+	EntryTemplate = "template"
+)
+
+// ErrStaleScan: a round was started for a session generation that is not the source's
+// current one, or a round's row is no longer RUNNING.
+var ErrStaleScan = errors.New("ledger: scan is not on the current session or no longer running")
+
+// ScanStart opens a round's resourceDiscoveryScan.v1 row.
+type ScanStart struct {
+	Key               string // unique per round
+	Run               string // scan workflow ID and run ID
+	ScanWorkflowID    string
+	Round             int
+	SourceID          int64
+	SessionGeneration int64
+	HostQueue         string
+	ListChangedBefore int64
+}
+
+// BeginScan records the start of a round just before its first request: the row's started_at
+// is the time of the first request (R4), and whether the snapshot extension was negotiated is
+// taken from the session's own capability receipt. It fails with ErrStaleScan unless
+// SessionGeneration is the source's current, live session, and with ErrInvalid if the key was
+// used before.
+func (s *Store) BeginScan(ctx context.Context, st ScanStart) (int64, time.Time, error) {
+	if st.Key == "" || st.Run == "" || st.Round < 1 {
+		return 0, time.Time{}, fmt.Errorf("ledger: begin scan %+v: %w", st, ErrInvalid)
+	}
+	var id int64
+	var started time.Time
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO discovery_scans (scan_key, scan_run, scan_workflow_id, round, source_id,
+			session_generation, host_queue, snapshot_negotiated, list_changed_before)
+		SELECT $1, $2, $3, $4, so.id, $6, $7, se.cap_snapshot_ids, $8
+		FROM sources so JOIN sessions se ON se.source_id = so.id AND se.generation = so.current_generation
+		WHERE so.id = $5 AND so.current_generation = $6 AND se.ended_at IS NULL
+		ON CONFLICT (scan_key) DO NOTHING
+		RETURNING id, started_at`, st.Key, st.Run, st.ScanWorkflowID, st.Round, st.SourceID,
+		st.SessionGeneration, st.HostQueue, st.ListChangedBefore).Scan(&id, &started)
+	if err == nil {
+		return id, started, nil
+	}
+	if err != pgx.ErrNoRows {
+		return 0, time.Time{}, fmt.Errorf("ledger: begin scan %s: %w", st.Key, err)
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM discovery_scans WHERE scan_key = $1)`, st.Key).Scan(&exists); err != nil {
+		return 0, time.Time{}, fmt.Errorf("ledger: begin scan %s: %w", st.Key, err)
+	}
+	if exists {
+		return 0, time.Time{}, fmt.Errorf("ledger: begin scan: key %s already used: %w", st.Key, ErrInvalid)
+	}
+	return 0, time.Time{}, fmt.Errorf("ledger: begin scan of source %d on generation %d: %w", st.SourceID, st.SessionGeneration, ErrStaleScan)
+}
+
+// ScanProgress is a running round's progress.
+type ScanProgress struct {
+	ResourcePages int
+	TemplatePages int
+	Resources     int
+	Templates     int
+}
+
+// RecordScanProgress stores a running round's progress (for `mcpsync scan --wait`).
+func (s *Store) RecordScanProgress(ctx context.Context, scanID int64, p ScanProgress) error {
+	_, err := s.pool.Exec(ctx, `UPDATE discovery_scans SET resource_pages = $2, template_pages = $3,
+			resource_count = $4, template_count = $5, progress_at = clock_timestamp()
+		WHERE id = $1 AND outcome = 'RUNNING'`, scanID, p.ResourcePages, p.TemplatePages, p.Resources, p.Templates)
+	if err != nil {
+		return fmt.Errorf("ledger: scan %d progress: %w", scanID, err)
+	}
+	return nil
+}
+
+// ScanEnd is what a finished round reports, complete or failed.
+type ScanEnd struct {
+	ScanID                int64
+	FailureKind           string // empty for a complete round
+	Failure               string
+	Progress              ScanProgress
+	Duplicates            int
+	ResourceCursorDigests []string
+	TemplateCursorDigests []string
+	SetDigest             string // required for a complete round
+	SnapshotIDs           []string
+	SnapshotPages         int
+	SnapshotID            string // the one ID every page carried, if any
+	ListChangedAfter      int64
+}
+
+// ScanEntry is one entry of the set a round listed.
+type ScanEntry struct {
+	Kind      string // EntryResource or EntryTemplate
+	URI       string // normalized URI, or the URI template
+	ServerURI string
+	Name      string
+	MIMEType  string
+}
+
+// EndScan records a round's end in one transaction: for a complete round (FailureKind empty)
+// its digests, counts, snapshot IDs, list_changed window and entries; for a failed one its
+// failure and what it saw until then. Only a RUNNING row ends; otherwise ErrStaleScan. The
+// entries are written only if no earlier complete round of the source listed the same set
+// (same set digest): then the round points at that round's entries, so re-checking an
+// unchanged catalog writes no entries at all.
+func (s *Store) EndScan(ctx context.Context, end ScanEnd, entries []ScanEntry) (time.Time, error) {
+	complete := end.FailureKind == ""
+	if complete && end.SetDigest == "" {
+		return time.Time{}, fmt.Errorf("ledger: end scan %d: complete round without set digest: %w", end.ScanID, ErrInvalid)
+	}
+	var ended time.Time
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		outcome, kind, failure, digest := ScanComplete, (*string)(nil), (*string)(nil), &end.SetDigest
+		if !complete {
+			outcome, kind, failure, digest = ScanFailed, &end.FailureKind, &end.Failure, nil
+		}
+		var snapshot *string
+		if end.SnapshotID != "" {
+			snapshot = &end.SnapshotID
+		}
+		var stored *int64
+		err := tx.QueryRow(ctx, `UPDATE discovery_scans me SET outcome = $2, failure_kind = $3, failure = $4,
+				ended_at = clock_timestamp(), resource_pages = $5, template_pages = $6,
+				resource_count = $7, template_count = $8, duplicate_count = $9,
+				resource_cursor_digests = $10, template_cursor_digests = $11, set_digest = $12,
+				snapshot_ids = $13, snapshot_pages = $14, snapshot_id = $15,
+				list_changed_after = $16, list_changed_observed = greatest($16 - list_changed_before, 0),
+				entries_scan_id = CASE WHEN $2 = 'COMPLETE' THEN coalesce(
+					(SELECT x.entries_scan_id FROM discovery_scans x
+					 WHERE x.source_id = me.source_id AND x.outcome = 'COMPLETE' AND x.set_digest = $12
+					   AND x.entries_scan_id IS NOT NULL
+					 ORDER BY x.id DESC LIMIT 1), me.id) END
+			WHERE me.id = $1 AND me.outcome = 'RUNNING'
+			RETURNING ended_at, entries_scan_id`, end.ScanID, outcome, kind, failure,
+			end.Progress.ResourcePages, end.Progress.TemplatePages, end.Progress.Resources,
+			end.Progress.Templates, end.Duplicates, nonNil(end.ResourceCursorDigests),
+			nonNil(end.TemplateCursorDigests), digest, nonNil(end.SnapshotIDs), end.SnapshotPages,
+			snapshot, end.ListChangedAfter).Scan(&ended, &stored)
+		if err == pgx.ErrNoRows {
+			return fmt.Errorf("scan %d: %w", end.ScanID, ErrStaleScan)
+		}
+		if err != nil || !complete || stored == nil || *stored != end.ScanID || len(entries) == 0 {
+			return err // failed, or the set is already stored under an earlier round
+		}
+		batches := entryBatches(end.ScanID, entries)
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{"catalog_entry_batches"},
+			[]string{"scan_id", "batch", "kind", "uris", "server_uris", "names", "mime_types"},
+			pgx.CopyFromRows(batches))
+		return err
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ledger: end scan %d: %w", end.ScanID, err)
+	}
+	return ended, nil
+}
+
+// entryBatchSize is the most entries stored in one catalog_entry_batches row.
+const entryBatchSize = 1000
+
+// entryBatches cuts entries, in their order, into rows of catalog_entry_batches: at most
+// entryBatchSize entries of one kind each.
+func entryBatches(scanID int64, entries []ScanEntry) [][]any {
+	var rows [][]any
+	for start := 0; start < len(entries); {
+		end := start
+		for end < len(entries) && end-start < entryBatchSize && entries[end].Kind == entries[start].Kind {
+			end++
+		}
+		n := end - start
+		uris, servers, names, mimes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		normalized := false
+		for i, e := range entries[start:end] {
+			uris[i], servers[i], names[i], mimes[i] = e.URI, e.ServerURI, e.Name, e.MIMEType
+			normalized = normalized || e.URI != e.ServerURI
+		}
+		if !normalized {
+			uris = nil // stored as NULL: every URI is already in normal form
+		}
+		rows = append(rows, []any{scanID, len(rows), entries[start].Kind, uris, servers, names, mimes})
+		start = end
+	}
+	return rows
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// AbandonScan fails a round whose activity ended without recording its end (timeout, lost
+// worker), so that no row stays RUNNING. It reports whether a RUNNING row was failed.
+func (s *Store) AbandonScan(ctx context.Context, key, reason string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE discovery_scans SET outcome = 'FAILED', failure_kind = 'ABANDONED',
+			failure = $2, ended_at = clock_timestamp()
+		WHERE scan_key = $1 AND outcome = 'RUNNING'`, key, reason)
+	if err != nil {
+		return false, fmt.Errorf("ledger: abandon scan %s: %w", key, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// Scan is a stored resourceDiscoveryScan.v1.
+type Scan struct {
+	ID                    int64
+	Key                   string
+	Run                   string
+	ScanWorkflowID        string
+	Round                 int
+	SourceID              int64
+	SessionGeneration     int64
+	HostQueue             string
+	StartedAt             time.Time
+	EndedAt               *time.Time
+	Outcome               string
+	FailureKind           string
+	Failure               string
+	Progress              ScanProgress
+	Duplicates            int
+	ResourceCursorDigests []string
+	TemplateCursorDigests []string
+	SetDigest             string
+	EntriesScanID         *int64 // the round whose catalog_entries hold this round's set
+	SnapshotNegotiated    bool
+	SnapshotIDs           []string
+	SnapshotPages         int
+	SnapshotID            string
+	ListChangedBefore     int64
+	ListChangedAfter      *int64
+	ListChangedObserved   int64
+	ProgressAt            *time.Time
+}
+
+const scanColumns = `id, scan_key, scan_run, scan_workflow_id, round, source_id, session_generation,
+	host_queue, started_at, ended_at, outcome, coalesce(failure_kind, ''), coalesce(failure, ''),
+	resource_pages, template_pages, resource_count, template_count, duplicate_count,
+	resource_cursor_digests, template_cursor_digests, coalesce(set_digest, ''), entries_scan_id, snapshot_negotiated,
+	snapshot_ids, snapshot_pages, coalesce(snapshot_id, ''), list_changed_before, list_changed_after,
+	list_changed_observed, progress_at`
+
+func scanScan(row pgx.Row) (Scan, error) {
+	var x Scan
+	err := row.Scan(&x.ID, &x.Key, &x.Run, &x.ScanWorkflowID, &x.Round, &x.SourceID,
+		&x.SessionGeneration, &x.HostQueue, &x.StartedAt, &x.EndedAt, &x.Outcome, &x.FailureKind,
+		&x.Failure, &x.Progress.ResourcePages, &x.Progress.TemplatePages, &x.Progress.Resources,
+		&x.Progress.Templates, &x.Duplicates, &x.ResourceCursorDigests, &x.TemplateCursorDigests,
+		&x.SetDigest, &x.EntriesScanID, &x.SnapshotNegotiated, &x.SnapshotIDs, &x.SnapshotPages, &x.SnapshotID,
+		&x.ListChangedBefore, &x.ListChangedAfter, &x.ListChangedObserved, &x.ProgressAt)
+	return x, err
+}
+
+// ScanByID returns one round, or ErrNotFound.
+func (s *Store) ScanByID(ctx context.Context, id int64) (Scan, error) {
+	x, err := scanScan(s.pool.QueryRow(ctx, `SELECT `+scanColumns+` FROM discovery_scans WHERE id = $1`, id))
+	if err != nil {
+		return Scan{}, notFound(err, fmt.Sprintf("ledger: scan %d", id))
+	}
+	return x, nil
+}
+
+// ScansOfWorkflow returns the rounds of a scan workflow (all its runs) in the order they
+// started.
+func (s *Store) ScansOfWorkflow(ctx context.Context, scanWorkflowID string) ([]Scan, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+scanColumns+` FROM discovery_scans
+		WHERE scan_workflow_id = $1 ORDER BY id`, scanWorkflowID)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: scans of %s: %w", scanWorkflowID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Scan, error) { return scanScan(r) })
+	if err != nil {
+		return nil, fmt.Errorf("ledger: scans of %s: %w", scanWorkflowID, err)
+	}
+	return out, nil
+}
