@@ -118,6 +118,10 @@ const (
 	// OutcomeDuplicate: a second, different response to a dispatch that already has its
 	// outcome.
 	OutcomeDuplicate Outcome = "DUPLICATE"
+	// OutcomeRevoked: the subscription's principal holds no standing grant on the source any
+	// more (R23, R24): no read ordinal is issued and no response is accepted once the
+	// revocation has committed, whatever state the subscription is in.
+	OutcomeRevoked Outcome = "REVOKED"
 	// OutcomeNotActive: the subscription is not ACTIVE, so no read ordinal is issued (R18).
 	OutcomeNotActive Outcome = "NOT_ACTIVE"
 	// OutcomeTombstonePending: a not-found read on an ACTIVE subscription passed the ordinal

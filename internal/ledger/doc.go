@@ -9,7 +9,7 @@
 // MarkReconciliationRequired, RestoreFromTombstone, BeginUnsubscribe, CompleteUnsubscribe,
 // MarkUnsubscribeUnknown, AllocateReadOrdinal, AcceptResourceVersion, RecordNotFound,
 // ConfirmTombstone, CloseSession) reports every refusal of its fence as an mcpsync.Outcome
-// (mcpsync.OutcomeRefused, OutcomeStale, OutcomeOldSession, ..., with an
+// (mcpsync.OutcomeRefused, OutcomeStale, OutcomeOldSession, OutcomeRevoked, ..., with an
 // mcpsync.TombstoneRefusal saying why for ConfirmTombstone) and a nil error. Such a call
 // returns an error only when the ledger could not decide: the database failed, the request is
 // malformed (ErrInvalid), or it names a subscription or source that does not exist
@@ -41,6 +41,24 @@
 // The activities (package activities) turn ErrInvalid, ErrNotFound and ErrNoGrant into
 // non-retryable application errors of type contract.ErrTypePermanent, since a retry cannot
 // change them; every other error is retried by Temporal.
+//
+// # Isolation and locks
+//
+// Every transaction the ledger opens sets READ COMMITTED itself (inTx), whatever the server's
+// default_transaction_isolation: a statement that follows a lock in the same transaction then
+// takes a new snapshot and sees everything committed before the lock was granted, and a
+// statement that waits for a row re-checks its condition on the row's newest version. Revoke
+// relies on the first (its lineage is read after the grant rows are revoked); the answers to
+// reads rely on both: AllocateReadOrdinal, AcceptResourceVersion and RecordNotFound first lock
+// the subscription row, then run their one fenced statement, so a refusal is labelled from the
+// row as it was decided on (an answer that waited behind the close fence is
+// STALE_AFTER_CLOSE, R19), and that statement locks the principal's standing grant FOR SHARE
+// until it commits, so a revocation and an acceptance serialise on the grant row: nothing is
+// allocated or accepted in a transaction that commits after a revocation (mcpsync.OutcomeRevoked,
+// R23, R24). A call that is a single statement runs in its own implicit transaction at the
+// server's default level; each is one compare-and-set whose whole condition is in its WHERE,
+// so a stricter default changes no outcome: a concurrent update then fails it with a
+// serialization failure, which it retries (retryOnConflict) or returns as an error.
 //
 // # Receipts and replays
 //

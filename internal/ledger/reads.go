@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mcpsync/mcpsync"
 )
 
@@ -31,11 +33,14 @@ func (req AllocateRequest) idemKey() string {
 // AllocateReadOrdinal issues the next readOrdinal by compare-and-set (R14): one statement
 // raises last_issued_ordinal and stores the dispatch (request ID, reason, generation, session
 // generation, URI) and its ALLOCATED receipt, only while the subscription is ACTIVE in that
-// generation and session and the session is the source's current one. Otherwise the same
-// statement records one receipt with the refusal: NotActive (closing or not yet active, R18),
-// OldGeneration, OldSession (R12) or Refused (URI mismatch, a generation or session never
-// issued). The request ID is the idempotency key: replaying it returns the first outcome (the
-// ordinal first issued, or the first refusal) and writes nothing.
+// generation and session, the session is the source's current one and the subscription's
+// principal holds a standing grant on the source (R23, R24). Otherwise the same statement
+// records one receipt with the refusal: OldGeneration, OldSession (R12), Refused (URI
+// mismatch, a generation or session never issued), NotActive (closing, R18), Revoked (the
+// grant was revoked) or NotActive (not yet active). The statement runs in a READ COMMITTED
+// transaction after the subscription's row lock (lockSubscription), so its label describes
+// the row as it was decided on. The request ID is the idempotency key: replaying it returns
+// the first outcome (the ordinal first issued, or the first refusal) and writes nothing.
 func (s *Store) AllocateReadOrdinal(ctx context.Context, req AllocateRequest) (Dispatch, error) {
 	if !req.Reason.Valid() || req.RequestID == "" {
 		return Dispatch{}, fmt.Errorf("ledger: allocate read ordinal: reason %q, request %q: %w", req.Reason, req.RequestID, ErrInvalid)
@@ -47,17 +52,32 @@ func (s *Store) AllocateReadOrdinal(ctx context.Context, req AllocateRequest) (D
 	return d, nil
 }
 
+// grantCTE locks the standing grant of subscription $1's principal on its source FOR SHARE,
+// for the fences of reads (AllocateReadOrdinal, AcceptResourceVersion, RecordNotFound; R23,
+// R24). Revoke updates that row, so the two serialise on it: a fence that locked it first
+// holds it until its transaction commits, and the revocation's UPDATE waits for that commit;
+// a fence that comes after the revocation's UPDATE waits for the revocation to end and then,
+// READ COMMITTED re-checking the row's newest version, finds it revoked and refuses. Either
+// way no read is allocated or accepted in a transaction that commits after the revocation.
+// It is empty when the grant is revoked (grants are never deleted).
+const grantCTE = `
+		g AS MATERIALIZED (
+			SELECT gr.epoch FROM grants gr
+			JOIN subscriptions sg ON sg.principal = gr.principal AND sg.source_id = gr.source_id
+			WHERE sg.id = $1 AND gr.revoked_at IS NULL
+			FOR SHARE OF gr),`
+
 // allocateSQL is AllocateReadOrdinal's one statement: the compare-and-set that issues the
 // ordinal with its dispatch and ALLOCATED receipt, or else the labelled refusal receipt.
 var allocateSQL = `
 		WITH prior AS (
-			SELECT kind, read_ordinal, detail->>'state' AS state FROM receipts WHERE idem_key = $7),
+			SELECT kind, read_ordinal, detail->>'state' AS state FROM receipts WHERE idem_key = $7),` + grantCTE + `
 		alloc AS (
 			UPDATE subscriptions s SET last_issued_ordinal = s.last_issued_ordinal + 1
 			FROM sources so
 			WHERE s.id = $1 AND s.generation = $2 AND s.session_generation = $3 AND s.uri = $4
 			  AND s.state = 'ACTIVE' AND so.id = s.source_id AND so.current_generation = $3
-			  AND NOT EXISTS (SELECT 1 FROM prior)
+			  AND EXISTS (SELECT 1 FROM g) AND NOT EXISTS (SELECT 1 FROM prior)
 			RETURNING s.id, s.source_id, s.last_issued_ordinal),
 		d AS (
 			INSERT INTO read_dispatches (subscription_id, ordinal, generation, session_generation, uri, request_id, reason)
@@ -70,8 +90,9 @@ var allocateSQL = `
 			       jsonb_build_object('phase', 'allocate', 'reason', $6::text, 'state', 'ACTIVE')
 			FROM alloc
 			RETURNING 1),
-		-- Refused: label the refusal from the current row and record it once. The label
-		-- decides nothing; the compare-and-set above already refused.
+		-- Refused: label the refusal from the current row (locked by the transaction's first
+		-- statement) and the grant as locked, and record it once. The label decides nothing;
+		-- the compare-and-set above already refused.
 		cur AS (
 			SELECT s.id, s.source_id, s.state, s.generation, s.session_generation, s.uri, so.current_generation
 			FROM subscriptions s JOIN sources so ON so.id = s.source_id
@@ -82,6 +103,8 @@ var allocateSQL = `
 				WHEN $2 > generation THEN 'REFUSED'
 				WHEN $3 < greatest(session_generation, current_generation) THEN 'OLD_SESSION'
 				WHEN $3 > current_generation OR $4 <> uri THEN 'REFUSED'
+				WHEN state IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN', 'CLOSED') THEN 'NOT_ACTIVE'
+				WHEN NOT EXISTS (SELECT 1 FROM g) THEN 'REVOKED'
 				ELSE 'NOT_ACTIVE' END AS kind
 			FROM cur
 			WHERE NOT EXISTS (SELECT 1 FROM alloc) AND NOT EXISTS (SELECT 1 FROM prior)),
@@ -102,10 +125,15 @@ func (s *Store) allocateOnce(ctx context.Context, req AllocateRequest) (Dispatch
 	var priorKind, priorState, refusedKind, refusedState *string
 	var priorOrdinal, issued *int64
 	var exists bool
-	err := s.pool.QueryRow(ctx, allocateSQL,
-		req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.RequestID,
-		string(req.Reason), req.idemKey()).Scan(&priorKind, &priorOrdinal, &priorState, &issued,
-		&refusedKind, &refusedState, &exists, new(int64))
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := lockSubscription(ctx, tx, req.SubscriptionID); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, allocateSQL,
+			req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.RequestID,
+			string(req.Reason), req.idemKey()).Scan(&priorKind, &priorOrdinal, &priorState, &issued,
+			&refusedKind, &refusedState, &exists, new(int64))
+	})
 	if err != nil {
 		return Dispatch{}, err
 	}
@@ -155,15 +183,16 @@ type VersionInfo struct {
 // readFence is the ordinal fence every answer to a read passes, content (R16) and not-found
 // (R21) alike: the subscription is ACTIVE in the read's generation and session, the URI
 // matches, the ordinal is above the watermark and was issued, the dispatch with this request
-// ID exists unanswered, and no identical call recorded its outcome already (prior). It expects
-// $1 subscription, $2 generation, $3 session generation, $4 URI, $5 ordinal, $6 request ID.
+// ID exists unanswered, the principal's grant stands (g, locked by grantCTE; R23, R24) and no
+// identical call recorded its outcome already (prior). It expects $1 subscription, $2
+// generation, $3 session generation, $4 URI, $5 ordinal, $6 request ID.
 const readFence = `s.id = $1 AND s.state = 'ACTIVE' AND s.generation = $2 AND s.session_generation = $3
 			  AND s.uri = $4 AND s.last_accepted_ordinal < $5 AND $5 <= s.last_issued_ordinal
 			  AND EXISTS (SELECT 1 FROM read_dispatches d
 			              WHERE d.subscription_id = $1 AND d.ordinal = $5 AND d.request_id = $6
 			                AND d.generation = $2 AND d.session_generation = $3 AND d.uri = $4
 			                AND d.outcome IS NULL)
-			  AND NOT EXISTS (SELECT 1 FROM prior)`
+			  AND EXISTS (SELECT 1 FROM g) AND NOT EXISTS (SELECT 1 FROM prior)`
 
 // AcceptRequest offers a read's response to the single acceptance point (R16).
 type AcceptRequest struct {
@@ -189,10 +218,12 @@ func (r AcceptRequest) idemKey() string {
 // refusalCTEs label an answer ($1 subscription, $2 generation, $3 session generation, $4 URI,
 // $5 ordinal, $6 request ID) that the fence CTE named by the caller as "fence" did not let
 // through, and record its receipt under the key in prior, once. The label decides nothing:
-// the fence has already refused. It is, in this order: NOT_DISPATCHED (no dispatch with that
-// ordinal, request ID, generation, session generation and URI), OLD_GENERATION,
-// STALE_AFTER_CLOSE (R19: whenever the read was sent), DUPLICATE (the dispatch already has its
-// answer), OLD_SESSION, STALE. A refused answer to the very dispatch it names settles that
+// the fence has already refused. It is read from the subscription row as the transaction
+// locked it (lockSubscription runs first, so an answer that waited behind the close fence sees
+// the fence) and from the grant as grantCTE locked it. It is, in this order: NOT_DISPATCHED
+// (no dispatch with that ordinal, request ID, generation, session generation and URI),
+// OLD_GENERATION, STALE_AFTER_CLOSE (R19: whenever the read was sent), REVOKED (the grant was
+// revoked), DUPLICATE (the dispatch already has its answer), OLD_SESSION, STALE. A refused answer to the very dispatch it names settles that
 // dispatch, so a second, different answer to it is a DUPLICATE; an answer that names no
 // dispatch settles nothing. %[1]s is the phase, %[2]s the digest expression.
 const refusalCTEs = `
@@ -208,6 +239,7 @@ const refusalCTEs = `
 				WHEN NOT EXISTS (SELECT 1 FROM disp) THEN 'NOT_DISPATCHED'
 				WHEN $2 <> generation THEN 'OLD_GENERATION'
 				WHEN state IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN', 'CLOSED') THEN 'STALE_AFTER_CLOSE'
+				WHEN NOT EXISTS (SELECT 1 FROM g) THEN 'REVOKED'
 				WHEN (SELECT outcome FROM disp) IS NOT NULL THEN 'DUPLICATE'
 				WHEN $3 <> session_generation THEN 'OLD_SESSION'
 				ELSE 'STALE' END AS kind
@@ -231,13 +263,17 @@ const refusalCTEs = `
 // AcceptResourceVersion is the single acceptance point acceptResourceVersion (R16, R17). In
 // one statement it accepts only if the subscription is still ACTIVE and its generation,
 // session generation and URI match a dispatched, not yet answered request with this ordinal
-// and request ID, and readOrdinal > lastAcceptedOrdinal; then it raises the watermark and
+// and request ID, readOrdinal > lastAcceptedOrdinal, and the subscription's principal holds a
+// standing grant on the source, locked until the statement's transaction commits (grantCTE;
+// R23, R24: nothing is accepted once a revocation has committed); then it raises the watermark and
 // writes the resourceVersion.v1 row, the invalidation outbox row and the ACCEPTED receipt
 // together. A read that confirms the digest already accepted raises the watermark as
 // Revalidated, without a new version or invalidation. Otherwise the same statement writes
-// exactly one receipt: StaleAfterClose (R19), OldGeneration, OldSession (R12), NotDispatched,
-// Duplicate or Stale. The idempotency key is (subscription, ordinal, request ID, digest):
-// replaying it returns the first outcome and writes nothing.
+// exactly one receipt: StaleAfterClose (R19), Revoked, OldGeneration, OldSession (R12),
+// NotDispatched, Duplicate or Stale, labelled from the subscription row as the statement's
+// READ COMMITTED transaction locked it first (lockSubscription). The idempotency key is
+// (subscription, ordinal, request ID, digest): replaying it returns the first outcome and
+// writes nothing.
 func (s *Store) AcceptResourceVersion(ctx context.Context, req AcceptRequest) (AcceptResult, error) {
 	if req.Version.Digest == "" || req.RequestID == "" {
 		return AcceptResult{}, fmt.Errorf("ledger: accept: digest %q, request %q: %w", req.Version.Digest, req.RequestID, ErrInvalid)
@@ -253,7 +289,7 @@ func (s *Store) AcceptResourceVersion(ctx context.Context, req AcceptRequest) (A
 // the settled dispatch and the receipt, or else the labelled refusal receipt (refusalCTEs).
 var acceptSQL = `
 		WITH k AS (SELECT $13::text AS key),
-		prior AS (SELECT kind FROM receipts WHERE idem_key = $13),
+		prior AS (SELECT kind FROM receipts WHERE idem_key = $13),` + grantCTE + `
 		fence AS (
 			UPDATE subscriptions s SET
 				previous_accepted_digest = s.last_accepted_digest,
@@ -302,11 +338,16 @@ func (s *Store) acceptOnce(ctx context.Context, req AcceptRequest) (AcceptResult
 	var kind *string
 	var versionID *int64
 	var exists bool
-	err := s.pool.QueryRow(ctx, acceptSQL,
-		req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
-		req.RequestID, req.Version.Digest, req.Version.MIMEType, req.Version.Size,
-		req.Version.ServerName, req.Version.ServerVersion, req.Version.LastModified,
-		req.idemKey()).Scan(&kind, &versionID, &exists, new(int64))
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := lockSubscription(ctx, tx, req.SubscriptionID); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, acceptSQL,
+			req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
+			req.RequestID, req.Version.Digest, req.Version.MIMEType, req.Version.Size,
+			req.Version.ServerName, req.Version.ServerVersion, req.Version.LastModified,
+			req.idemKey()).Scan(&kind, &versionID, &exists, new(int64))
+	})
 	if err != nil {
 		return AcceptResult{}, err
 	}
@@ -362,7 +403,7 @@ func (r NotFoundRequest) idemKey() string {
 // receipt, or else the labelled refusal receipt (refusalCTEs).
 var notFoundSQL = `
 		WITH k AS (SELECT $7::text AS key),
-		prior AS (SELECT kind FROM receipts WHERE idem_key = $7),
+		prior AS (SELECT kind FROM receipts WHERE idem_key = $7),` + grantCTE + `
 		fence AS (
 			UPDATE subscriptions s SET state = 'TOMBSTONE_PENDING',
 				state_reason = 'read ' || $5::bigint || ' answered not found', last_accepted_ordinal = $5,
@@ -386,10 +427,11 @@ var notFoundSQL = `
 // RecordNotFound passes a not-found answer through the same ordinal fence as content (R21), in
 // one statement: only on an ACTIVE subscription, for a dispatched, not yet answered request
 // with readOrdinal above the watermark, does it move to TOMBSTONE_PENDING (raising the
-// watermark, so no older read can be accepted afterwards). No tombstone and no invalidation are
-// written until list reconciliation confirms the deletion. After the close fence it only
-// leaves a STALE_AFTER_CLOSE receipt (R19); other refusals are labelled as for accepts, each
-// with one receipt. The idempotency key is (subscription, ordinal, request ID): replaying it
+// watermark, so no older read can be accepted afterwards), and only while the principal's grant
+// stands (grantCTE: after a revocation it leaves a REVOKED receipt). No tombstone and no
+// invalidation are written until list reconciliation confirms the deletion. After the close
+// fence it only leaves a STALE_AFTER_CLOSE receipt (R19); other refusals are labelled as for
+// accepts, from the row as locked, each with one receipt. The idempotency key is (subscription, ordinal, request ID): replaying it
 // returns the first outcome and writes nothing.
 func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (mcpsync.Outcome, error) {
 	if req.RequestID == "" {
@@ -398,9 +440,14 @@ func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (mcpsyn
 	out, err := retryOnConflict(func() (mcpsync.Outcome, error) {
 		var kind *string
 		var exists bool
-		err := s.pool.QueryRow(ctx, notFoundSQL,
-			req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
-			req.RequestID, req.idemKey()).Scan(&kind, &exists, new(int64))
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			if err := lockSubscription(ctx, tx, req.SubscriptionID); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, notFoundSQL,
+				req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
+				req.RequestID, req.idemKey()).Scan(&kind, &exists, new(int64))
+		})
 		if err != nil {
 			return "", err
 		}

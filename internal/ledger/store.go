@@ -56,7 +56,25 @@ func notFound(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// inTx runs fn in a READ COMMITTED transaction.
+// readCommitted is the isolation level of every transaction the ledger opens, set explicitly
+// so that the server's default_transaction_isolation cannot change it. The fences rely on it:
+// each statement of a transaction takes a new snapshot, so a statement that follows a lock
+// (Revoke's lineage after the grant row, an answer's label after the subscription row) sees
+// everything committed before that lock was granted; and a statement that waits for a row
+// re-checks its WHERE on the row's newest version instead of failing.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// inTx runs fn in a READ COMMITTED transaction (readCommitted), whatever the server's default.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+	return pgx.BeginTxFunc(ctx, s.pool, readCommitted, fn)
+}
+
+// lockSubscription takes subscription id's row lock (FOR NO KEY UPDATE, the lock an UPDATE of
+// it takes; it does not block the KEY SHARE locks of foreign keys) as the first statement of a
+// READ COMMITTED transaction: it waits for any transition of the row in flight (the close
+// fence, another answer) and the transaction's next statement, with a new snapshot, sees the
+// row exactly as it is locked. A missing row locks nothing; the next statement reports it.
+func lockSubscription(ctx context.Context, tx pgx.Tx, id int64) error {
+	_, err := tx.Exec(ctx, `SELECT 1 FROM subscriptions WHERE id = $1 FOR NO KEY UPDATE`, id)
+	return err
 }

@@ -262,6 +262,7 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 		if m.state == mcpsync.StateClosed {
 			n.gen++
 			n.state, n.sgen, n.closeOrd = mcpsync.StateDiscovered, 0, 0
+			n.digest = "" // a new generation's first good read is a new version (R21)
 		}
 		return out.gen == n.gen, n
 	}
