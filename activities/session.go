@@ -152,7 +152,9 @@ func (a *Session) MCPRead(ctx context.Context, in contract.ReadInput) (contract.
 		return contract.ReadOutput{}, err
 	}
 	caps := c.Caps()
-	out := contract.ReadOutput{ServerName: caps.ServerName, ServerVersion: caps.ServerVersion}
+	// What the server says about itself and its content is recorded as the ledger stores
+	// it (ledger.SafeText): a NUL in it must not fail the accept on every retry.
+	out := contract.ReadOutput{ServerName: ledger.SafeText(caps.ServerName), ServerVersion: ledger.SafeText(caps.ServerVersion)}
 	out.SentAt = time.Now()
 	res, err := c.Session().ReadResource(ctx, &mcp.ReadResourceParams{URI: in.ServerURI})
 	if err != nil {
@@ -169,7 +171,7 @@ func (a *Session) MCPRead(ctx context.Context, in contract.ReadInput) (contract.
 	if err != nil {
 		return contract.ReadOutput{}, err
 	}
-	out.Found, out.Digest, out.MIMEType, out.Size = true, digest, mime, int64(len(body))
+	out.Found, out.Digest, out.MIMEType, out.Size = true, digest, ledger.SafeText(mime), int64(len(body))
 	return out, nil
 }
 

@@ -2,7 +2,10 @@
 # `make run`: the embedded default end to end. Starts mcpsync-dev (Temporal + Web UI + private
 # PostgreSQL) and mcpsync-worker, registers the demo MCP server as source "demo", subscribes to
 # two of its resources and prints a line per accepted version until Ctrl-C; then it stops
-# everything it started.
+# everything it started. Both services get --parent-pid $$: if this script dies without
+# stopping them (SIGKILL, a closed terminal), they stop themselves instead of holding the
+# ports 7233, 8233 and 55432 for the next run; a port still held is reported by mcpsync-dev
+# with the PID that holds it and how to stop it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -11,7 +14,7 @@ mkdir -p "$data"
 dev_pid= worker_pid=
 
 stop() {
-  trap - EXIT INT TERM
+  trap - EXIT INT TERM HUP
   echo
   echo "run: stopping"
   [ -n "$worker_pid" ] && kill -TERM "$worker_pid" 2>/dev/null || true
@@ -22,10 +25,11 @@ stop() {
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
+trap 'exit 129' HUP
 
 rm -f "$data/dev.env"
 echo "run: starting mcpsync-dev (Temporal, Web UI, PostgreSQL); log: $data/dev.log"
-setsid "$bin/mcpsync-dev" --data-dir "$data" >"$data/dev.log" 2>&1 &
+setsid "$bin/mcpsync-dev" --data-dir "$data" --parent-pid $$ >"$data/dev.log" 2>&1 &
 dev_pid=$!
 for _ in $(seq 1 600); do
   [ -s "$data/dev.env" ] && break
@@ -43,7 +47,7 @@ grep 'ready' "$data/dev.log" | tail -n 1
 set -a; . "$data/dev.env"; set +a
 
 echo "run: starting mcpsync-worker; log: $data/worker.log"
-setsid "$bin/mcpsync-worker" >"$data/worker.log" 2>&1 &
+setsid "$bin/mcpsync-worker" --parent-pid $$ >"$data/worker.log" 2>&1 &
 worker_pid=$!
 
 demo="$bin/mcpsync-demo-server --interval 3s"

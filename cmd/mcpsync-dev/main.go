@@ -4,7 +4,10 @@
 // binaries. It prints one "mcpsync-dev ready: ..." line when everything answers and writes the
 // same facts to <data-dir>/dev.env as shell KEY=VALUE lines (TEMPORAL_ADDRESS, DATABASE_URL,
 // TEMPORAL_UI, TEMPORAL_NAMESPACE). SIGINT or SIGTERM stops the UI, Temporal and PostgreSQL in
-// that order; restarting over the same --data-dir keeps all data.
+// that order; restarting over the same --data-dir keeps all data. With --parent-pid it stops the
+// same way when that process exits (scripts/run.sh passes its own PID, so that killing the
+// script never leaves mcpsync-dev holding its ports). A port already in use is reported in one
+// line naming the process that holds it and how to stop it.
 //
 // Exit codes: 0 after a clean stop, 1 on failure, 2 on bad flags.
 package main
@@ -28,6 +31,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
+	"github.com/mcpsync/mcpsync/internal/parentwatch"
 )
 
 const host = "127.0.0.1"
@@ -43,6 +47,7 @@ func run() int {
 	uiPort := fs.Int("ui-port", 8233, "Temporal Web UI HTTP port on "+host)
 	pgPort := fs.Int("pg-port", 55432, "PostgreSQL port on "+host+" (unused when DATABASE_URL is set)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	parentPID := fs.Int("parent-pid", 0, "stop everything when the process with this PID exits (0: never)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
@@ -61,6 +66,9 @@ func run() int {
 	// Signals are caught from here on; a second one after shutdown began kills the process.
 	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
+	// The parent's exit stops us as a signal would (on Linux it is delivered as SIGTERM).
+	ctx, stopWatch := parentwatch.Context(ctx, *parentPID, parentwatch.Options{})
+	defer stopWatch()
 
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "mcpsync-dev:", describe(err))
@@ -132,7 +140,11 @@ func run() int {
 	select {
 	case <-ctx.Done():
 		stopSignals()
-		fmt.Fprintln(os.Stderr, "mcpsync-dev: stopping")
+		if cause := context.Cause(ctx); errors.Is(cause, parentwatch.ErrParentGone) {
+			fmt.Fprintf(os.Stderr, "mcpsync-dev: stopping: %v\n", cause)
+		} else {
+			fmt.Fprintln(os.Stderr, "mcpsync-dev: stopping")
+		}
 		return 0
 	case <-pgDone:
 		stopSignals()
@@ -165,11 +177,43 @@ type portFlag struct {
 	port int
 }
 
-// portTakenError names a taken port and the flag that chooses another.
-type portTakenError struct{ portFlag }
+// portTakenError names a taken port, the process that holds it if it can be found, how to
+// stop that process and the flag that chooses another port — in one line.
+type portTakenError struct {
+	portFlag
+	holder holder
+	found  bool
+}
+
+// newPortTakenError looks up who holds p's port.
+func newPortTakenError(p portFlag) *portTakenError {
+	h, ok := portHolder(p.port)
+	return &portTakenError{portFlag: p, holder: h, found: ok}
+}
 
 func (e *portTakenError) Error() string {
-	return fmt.Sprintf("port %d on %s is already in use (choose another with %s)", e.port, host, e.flag)
+	if !e.found {
+		return fmt.Sprintf("port %d on %s is already in use: find the process with `lsof -nP -iTCP:%d -sTCP:LISTEN` (or `ss -ltnp`) and stop it with `kill PID`, or choose another port with %s",
+			e.port, host, e.port, e.flag)
+	}
+	h := e.holder
+	who, stop := fmt.Sprintf("PID %d (%s)", h.PID, orUnknown(h.Name)), h.PID
+	if h.OwnerPID != 0 {
+		who, stop = fmt.Sprintf("PID %d (%s) started by PID %d (%s)", h.PID, orUnknown(h.Name), h.OwnerPID, h.OwnerName), h.OwnerPID
+	}
+	hint := ""
+	if strings.HasPrefix(h.Name, "mcpsync") || h.OwnerPID != 0 {
+		hint = ", left over from an earlier run"
+	}
+	return fmt.Sprintf("port %d on %s is held by %s%s: stop it with `kill %d`, or choose another port with %s",
+		e.port, host, who, hint, stop, e.flag)
+}
+
+func orUnknown(name string) string {
+	if name == "" {
+		return "unknown command"
+	}
+	return name
 }
 
 // checkPorts fails on the first port that cannot be bound, before anything starts.
@@ -177,7 +221,7 @@ func checkPorts(ports []portFlag) error {
 	for _, p := range ports {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p.port)))
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return &portTakenError{p}
+			return newPortTakenError(p)
 		} else if err != nil {
 			return fmt.Errorf("cannot listen on %s:%d (%s): %w", host, p.port, p.flag, err)
 		}
@@ -193,11 +237,11 @@ func describe(err error) string {
 	var tPort *devtemporal.PortInUseError
 	switch {
 	case errors.As(err, &pgPort):
-		return (&portTakenError{portFlag{"--pg-port", pgPort.Port}}).Error()
+		return newPortTakenError(portFlag{"--pg-port", pgPort.Port}).Error()
 	case errors.As(err, &tPort) && tPort.Service == "frontend":
-		return (&portTakenError{portFlag{"--frontend-port", tPort.Port}}).Error()
+		return newPortTakenError(portFlag{"--frontend-port", tPort.Port}).Error()
 	case errors.As(err, &tPort) && tPort.Service == "ui":
-		return (&portTakenError{portFlag{"--ui-port", tPort.Port}}).Error()
+		return newPortTakenError(portFlag{"--ui-port", tPort.Port}).Error()
 	}
 	return err.Error()
 }

@@ -108,7 +108,7 @@ func Run(ctx context.Context, env Env, args []string) ExitCode {
 		return ExitOK
 	}
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "mcpsync %s: %s\n", name, oneLine(err.Error()))
+		fmt.Fprintf(env.Stderr, "mcpsync %s: %s\n", name, visible(oneLine(err.Error())))
 	}
 	return exitCodeOf(err)
 }

@@ -17,3 +17,9 @@ type ExitCodeRow = exitCodeRow
 
 // ExitCodeTable returns the exit-code table `mcpsync help` prints.
 func ExitCodeTable() []ExitCodeRow { return append([]ExitCodeRow(nil), exitCodes...) }
+
+// Visible is the escaping every human-readable output applies to server-supplied strings.
+var Visible = visible
+
+// WriteCatalogEntries writes the entry table of `mcpsync catalog`.
+var WriteCatalogEntries = writeCatalogEntries

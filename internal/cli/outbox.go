@@ -118,7 +118,7 @@ func printOutboxEvent(w io.Writer, r ledger.OutboxEvent, asJSON bool) error {
 	}
 	_, err := fmt.Fprintf(w, "%s  %s  %s  key=%s  principal=%s  source=%s  uri=%s  %s\n",
 		r.CreatedAt.UTC().Format(time.RFC3339Nano), cursorString(r.Cursor), r.Kind, r.IdempotencyKey,
-		orDash(r.Principal), orDash(r.SourceName), orDash(r.URI), orDash(what))
+		visible(orDash(r.Principal)), visible(orDash(r.SourceName)), orDash(r.URI), visible(orDash(what)))
 	return err
 }
 

@@ -135,7 +135,7 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "URI\tPRINCIPAL\tSTATE\tACTION\tREASON")
 	for _, r := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.URI, r.Principal, r.State, r.Action, orDash(r.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.URI, visible(r.Principal), r.State, r.Action, visible(orDash(r.Reason)))
 	}
 	return tw.Flush()
 }

@@ -93,10 +93,10 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 		}
 	} else {
 		fmt.Fprintf(e.Stdout, "catalog %d of %s: %s after %d rounds: %d resources, %d templates, set %s\n",
-			res.CatalogID, src.Name, res.Level, res.Rounds, res.Resources, res.Templates, orDash(res.SetDigest))
+			res.CatalogID, visible(src.Name), res.Level, res.Rounds, res.Resources, res.Templates, orDash(res.SetDigest))
 		fmt.Fprintf(e.Stdout, "  measured %s, staleness bound %s, next check %s\n  %s\n",
 			res.MeasuredAt.UTC().Format(time.RFC3339), (time.Duration(res.StalenessBoundSeconds) * time.Second).String(),
-			res.NextCheckAt.UTC().Format(time.RFC3339), res.Reason)
+			res.NextCheckAt.UTC().Format(time.RFC3339), visible(res.Reason))
 	}
 	if res.Level == contract.ProofReconciliationRequired {
 		return fmt.Errorf("no two rounds agreed: catalog %d needs reconciliation (%s)", res.CatalogID, res.Reason)
@@ -163,7 +163,7 @@ func followScan(ctx context.Context, tc client.Client, st *ledger.Store, scanID 
 			line := roundLine(r)
 			if printed[r.ID] != line {
 				printed[r.ID] = line
-				fmt.Fprintln(out, "  "+line)
+				fmt.Fprintln(out, "  "+visible(line))
 			}
 		}
 	}
@@ -361,14 +361,20 @@ func catalogCmd(ctx context.Context, e *runEnv, args []string) error {
 		return writeJSON(e.Stdout, j)
 	}
 	fmt.Fprintf(e.Stdout, "catalog %d of %s: %s, %d resources, %d templates (session %d, %d rounds)\n",
-		c.ID, c.SourceName, c.Level, c.Resources, c.Templates, c.SessionGeneration, c.RoundsUsed)
+		c.ID, visible(c.SourceName), c.Level, c.Resources, c.Templates, c.SessionGeneration, c.RoundsUsed)
 	fmt.Fprintf(e.Stdout, "measured %s, staleness bound %s, next check %s%s\n",
 		c.MeasuredAt.UTC().Format(time.RFC3339), c.StalenessBound.Round(time.Second), c.NextCheckAt.UTC().Format(time.RFC3339),
 		invalidated(c))
-	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	return writeCatalogEntries(e.Stdout, got.Entries)
+}
+
+// writeCatalogEntries writes a catalog's entries as the text table of `mcpsync catalog`, every
+// server-supplied string made visible (no control sequence reaches the terminal).
+func writeCatalogEntries(w io.Writer, entries []ledger.ScanEntry) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tURI\tNAME\tMIME")
-	for _, x := range got.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Kind, x.ServerURI, orDash(x.Name), orDash(x.MIMEType))
+	for _, x := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Kind, visible(x.ServerURI), visible(orDash(x.Name)), visible(orDash(x.MIMEType)))
 	}
 	return tw.Flush()
 }

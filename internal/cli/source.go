@@ -106,7 +106,7 @@ func sourceAdd(ctx context.Context, e *runEnv, args []string) error {
 	if !created {
 		verb = "already exists, unchanged"
 	}
-	fmt.Fprintf(e.Stdout, "source %s %s (%s %s)\n", src.Name, verb, src.Transport, target(src))
+	fmt.Fprintf(e.Stdout, "source %s %s (%s %s)\n", visible(src.Name), verb, src.Transport, visible(target(src)))
 	return nil
 }
 
@@ -145,7 +145,7 @@ func sourceList(ctx context.Context, e *runEnv, args []string) error {
 		if s.HostQueue != "" && s.LeaseUntil != nil && s.LeaseUntil.After(time.Now()) {
 			host = s.HostQueue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, s.Transport, target(s), s.Subject, s.CurrentGeneration, host)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", visible(s.Name), s.Transport, visible(target(s)), visible(s.Subject), s.CurrentGeneration, visible(host))
 	}
 	return tw.Flush()
 }

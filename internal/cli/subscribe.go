@@ -10,7 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
@@ -59,6 +61,19 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 		return err
 	}
 	wfID := contract.SubscriptionWorkflowID(*principal, src.Name, norm)
+	// A CLOSED row (unsubscribed, or its resource deleted) is the previous generation: the run
+	// started below opens the next one (ledger.EnsureSubscription), so wait for that one and
+	// never take the old close for the answer. The run that closed it may still be finishing
+	// (settling late reads); a start now would join it, so let it end first.
+	var closedGen int64
+	if prev, err := st.SubscriptionByKey(ctx, *principal, src.Name, norm); err == nil && prev.State == mcpsync.StateClosed {
+		closedGen = prev.Generation
+		if err := awaitEndedRun(ctx, tc, wfID, *wait); err != nil {
+			return err
+		}
+	} else if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		return err
+	}
 	run, err := startSubscription(ctx, tc, e.Config.Namespace, wfID, contract.SubscriptionInput{
 		Principal: *principal, Source: src.Name, SourceID: src.ID, URI: norm, ServerURI: pos[1],
 		BackstopSeconds: src.BackstopSeconds, PollSeconds: src.PollSeconds,
@@ -69,10 +84,10 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	// RECONCILIATION_REQUIRED is not final: the workflow re-establishes on the live session (its
 	// reason may even be left from before the worker restarted), so wait for ACTIVE or a close.
 	sub, err := waitFor(ctx, st, *principal, src.Name, norm, *wait, func(s ledger.Subscription) bool {
-		return s.WorkflowID == wfID && (s.State == mcpsync.StateActive || s.State.Closing())
+		return s.WorkflowID == wfID && s.Generation > closedGen && (s.State == mcpsync.StateActive || s.State.Closing())
 	})
-	if *wait == 0 && errors.Is(err, ledger.ErrNotFound) {
-		// The workflow has not written its ledger row yet: it starts DISCOVERED.
+	if *wait == 0 && (errors.Is(err, ledger.ErrNotFound) || (err == nil && sub.Generation <= closedGen)) {
+		// The workflow has not written (or reopened) its ledger row yet: it starts DISCOVERED.
 		if *asJSON {
 			return writeJSON(e.Stdout, statusJSON{Source: src.Name, URI: norm, ServerURI: pos[1], Principal: *principal,
 				State: mcpsync.StateDiscovered, WorkflowID: wfID})
@@ -89,11 +104,15 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 		}
 	} else {
 		fmt.Fprintf(e.Stdout, "%s %s %s: %s (generation %d, session %d, workflow %s)\n",
-			sub.SourceName, sub.URI, sub.Principal, sub.State, sub.Generation, sub.SessionGeneration, sub.WorkflowID)
+			visible(sub.SourceName), sub.URI, visible(sub.Principal), sub.State, sub.Generation, sub.SessionGeneration, sub.WorkflowID)
 	}
 	switch {
 	case sub.State == mcpsync.StateActive:
 		return nil
+	case sub.Generation <= closedGen:
+		return fmt.Errorf("not reopened after %s: workflow %s has not opened the generation after %d (%s) yet", *wait, wfID, sub.Generation, sub.State)
+	case sub.State == mcpsync.StateClosed:
+		return fmt.Errorf("subscription closed again in generation %d (%s)", sub.Generation, sub.StateReason)
 	case sub.State.Closing():
 		return fmt.Errorf("subscription is closing (%s: %s); subscribe again once it is CLOSED", sub.State, sub.StateReason)
 	case *wait == 0:
@@ -101,6 +120,36 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	default:
 		return fmt.Errorf("not ACTIVE after %s: %s %s", *wait, sub.State, orDash(sub.StateReason))
 	}
+}
+
+// awaitEndedRun waits up to timeout for a running run of workflow wfID to end, so that a new
+// run can be started in its place; without a running run it returns at once.
+func awaitEndedRun(ctx context.Context, tc client.Client, wfID string, timeout time.Duration) error {
+	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("describing workflow %s: %w", wfID, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return nil
+	}
+	if timeout > 0 {
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		// Its outcome belongs to the closed generation; only its end matters here.
+		_ = tc.GetWorkflow(wctx, wfID, info.GetExecution().GetRunId()).Get(wctx, nil)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if wctx.Err() == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("the run of %s that closed the subscription is still finishing after %s; subscribe again once it has ended", wfID, timeout)
 }
 
 // waitFor polls the ledger until done(subscription) or the timeout; it returns the last view.
@@ -194,8 +243,8 @@ func unsubscribe(ctx context.Context, e *runEnv, args []string) error {
 	if *asJSON {
 		return writeJSON(e.Stdout, statusOf(ctx, st, sub))
 	}
-	fmt.Fprintf(e.Stdout, "%s %s %s: %s (close ordinal %s, epoch %d)%s\n", sub.SourceName, sub.URI, sub.Principal,
-		sub.State, ordinalOrDash(sub.CloseOrdinal), sub.CloseEpoch, reasonSuffix(sub))
+	fmt.Fprintf(e.Stdout, "%s %s %s: %s (close ordinal %s, epoch %d)%s\n", visible(sub.SourceName), sub.URI, visible(sub.Principal),
+		sub.State, ordinalOrDash(sub.CloseOrdinal), sub.CloseEpoch, visible(reasonSuffix(sub)))
 	if !sub.State.Closing() {
 		return fmt.Errorf("close fence not passed after %s (state %s)", *wait, sub.State)
 	}
@@ -316,9 +365,9 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 		if s.Refresh != "" {
 			fresh = fmt.Sprintf("%s, stale <= %ds", s.Refresh, s.StalenessBoundSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Source, s.URI, s.Principal, s.State,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", visible(s.Source), s.URI, visible(s.Principal), s.State,
 			s.Generation, s.SessionGeneration, s.LastIssuedOrdinal, s.LastAcceptedOrdinal, orDash(s.Digest),
-			orDash(s.MIMEType), fmtTime(s.AcceptedAt), fresh, orDash(s.Reason))
+			visible(orDash(s.MIMEType)), fmtTime(s.AcceptedAt), fresh, visible(orDash(s.Reason)))
 	}
 	return tw.Flush()
 }

@@ -89,7 +89,7 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 			if r.Kind == outboxTombstone {
 				what = "deleted"
 			}
-			fmt.Fprintf(e.Stdout, "%s  %s  %s  ordinal=%d  %s\n", r.CreatedAt.UTC().Format(time.RFC3339), name, r.URI, ord, what)
+			fmt.Fprintf(e.Stdout, "%s  %s  %s  ordinal=%d  %s\n", r.CreatedAt.UTC().Format(time.RFC3339), visible(name), r.URI, ord, visible(what))
 		}
 		if len(rows) > 0 {
 			continue

@@ -15,14 +15,14 @@ func Digest(body []byte) string {
 }
 
 // PutBlob stores body under its digest (content-addressed; storing it twice is a no-op) and
-// returns the digest.
+// returns the digest. The MIME type is the server's and is stored through SafeText.
 func (s *Store) PutBlob(ctx context.Context, body []byte, mimeType string) (string, error) {
 	d := Digest(body)
 	if body == nil {
 		body = []byte{}
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO content_blobs (digest, mime_type, size, body) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (digest) DO NOTHING`, d, mimeType, len(body), body)
+		ON CONFLICT (digest) DO NOTHING`, d, SafeText(mimeType), len(body), body)
 	if err != nil {
 		return "", fmt.Errorf("ledger: put blob: %w", err)
 	}

@@ -344,8 +344,8 @@ func (s *Store) acceptOnce(ctx context.Context, req AcceptRequest) (AcceptResult
 		}
 		return tx.QueryRow(ctx, acceptSQL,
 			req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
-			req.RequestID, req.Version.Digest, req.Version.MIMEType, req.Version.Size,
-			req.Version.ServerName, req.Version.ServerVersion, req.Version.LastModified,
+			req.RequestID, req.Version.Digest, SafeText(req.Version.MIMEType), req.Version.Size,
+			SafeText(req.Version.ServerName), SafeText(req.Version.ServerVersion), SafeText(req.Version.LastModified),
 			req.idemKey()).Scan(&kind, &versionID, &exists, new(int64))
 	})
 	if err != nil {

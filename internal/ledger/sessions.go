@@ -55,6 +55,7 @@ type LiveSubscription struct {
 func (s *Store) OpenSession(ctx context.Context, sourceID int64, hostQueue string, caps CapabilityReceipt) (Session, []LiveSubscription, error) {
 	var sess Session
 	var live []LiveSubscription
+	caps = safeCaps(caps)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var gen int64
 		err := tx.QueryRow(ctx, `UPDATE sources SET current_generation = current_generation + 1
@@ -71,9 +72,6 @@ func (s *Store) OpenSession(ctx context.Context, sourceID int64, hostQueue strin
 			return err
 		}
 		raw := caps.Raw
-		if len(raw) == 0 {
-			raw = nil
-		}
 		if err := tx.QueryRow(ctx, `INSERT INTO sessions (source_id, generation, host_queue,
 				protocol_version, cap_resources, cap_subscribe, cap_list_changed, cap_snapshot_ids,
 				server_name, server_version, capabilities)
@@ -106,6 +104,16 @@ func (s *Store) OpenSession(ctx context.Context, sourceID int64, hostQueue strin
 		return Session{}, nil, fmt.Errorf("ledger: open session: %w", err)
 	}
 	return sess, live, nil
+}
+
+// safeCaps returns caps with every server-supplied string made storable (SafeText, SafeJSON):
+// a server's serverInfo or capabilities must never make OpenSession fail.
+func safeCaps(caps CapabilityReceipt) CapabilityReceipt {
+	caps.ProtocolVersion = SafeText(caps.ProtocolVersion)
+	caps.ServerName = SafeText(caps.ServerName)
+	caps.ServerVersion = SafeText(caps.ServerVersion)
+	caps.Raw = SafeJSON(caps.Raw)
+	return caps
 }
 
 // fenceOldSessions moves every subscription of the source bound to a session generation below
@@ -150,6 +158,7 @@ func (s *Store) EndSession(ctx context.Context, sourceID, generation int64, reas
 // it; Refused for a generation the source never had. Only Transitioned writes anything.
 func (s *Store) CloseSession(ctx context.Context, sourceID, generation int64, reason string) (mcpsync.Outcome, error) {
 	var out mcpsync.Outcome
+	reason = SafeText(reason) // often a server's or transport's error text
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE sessions se SET ended_at = now(), end_reason = $3
 			FROM sources so
