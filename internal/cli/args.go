@@ -113,3 +113,28 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// subTarget is the source and URI a per-subscription command names (its principal validated),
+// checked before anything is contacted.
+type subTarget struct {
+	source string
+	uri    string // normalized
+	raw    string // as typed: what the server is asked for
+}
+
+// parseTarget parses fs's flags and the positional SOURCE URI, and checks that the principal is
+// not empty and the URI normalizes (exit 2 otherwise).
+func parseTarget(fs *flag.FlagSet, args []string, usage string, principal *string) (subTarget, error) {
+	pos, err := parse(fs, args, usage, "SOURCE", "URI")
+	if err != nil {
+		return subTarget{}, err
+	}
+	if err := notEmpty("--principal", *principal); err != nil {
+		return subTarget{}, err
+	}
+	norm, err := normalizeURI(pos[1])
+	if err != nil {
+		return subTarget{}, err
+	}
+	return subTarget{source: pos[0], uri: norm, raw: pos[1]}, nil
+}

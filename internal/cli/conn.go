@@ -88,6 +88,17 @@ func (e *runEnv) close() {
 	}
 }
 
+// storeSource opens the ledger and returns it with the source called name (a not-found error,
+// exit 3, when there is none).
+func (e *runEnv) storeSource(ctx context.Context, name string) (*ledger.Store, ledger.Source, error) {
+	st, err := e.store(ctx)
+	if err != nil {
+		return nil, ledger.Source{}, err
+	}
+	src, err := sourceNamed(ctx, st, name)
+	return st, src, err
+}
+
 // sourceNamed returns the source called name, or a not-found error (exit 3) that says how to
 // list the sources.
 func sourceNamed(ctx context.Context, st *ledger.Store, name string) (ledger.Source, error) {

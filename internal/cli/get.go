@@ -79,22 +79,12 @@ func get(ctx context.Context, e *runEnv, args []string) error {
 	principal := fs.String("principal", "default", "principal reading")
 	forIndex := fs.String("for-index", "", "name of the derived index taking the content (records lineage)")
 	asJSON := fs.Bool("json", false, "print JSON (metadata, guard verdict and body)")
-	pos, err := parse(fs, args, usage, "SOURCE", "URI")
+	t, err := parseTarget(fs, args, usage, principal)
 	if err != nil {
 		return err
 	}
-	if err := notEmpty("--principal", *principal); err != nil {
-		return err
-	}
-	norm, err := normalizeURI(pos[1])
-	if err != nil {
-		return err
-	}
-	st, err := e.store(ctx)
-	if err != nil {
-		return err
-	}
-	src, err := sourceNamed(ctx, st, pos[0])
+	norm := t.uri
+	st, src, err := e.storeSource(ctx, t.source)
 	if err != nil {
 		return err
 	}

@@ -75,11 +75,7 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 			return err
 		}
 	}
-	st, err := e.store(ctx)
-	if err != nil {
-		return err
-	}
-	src, err := sourceNamed(ctx, st, pos[0])
+	st, src, err := e.storeSource(ctx, pos[0])
 	if err != nil {
 		return err
 	}

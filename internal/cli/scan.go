@@ -39,11 +39,7 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 	if isSet(fs, "timeout") && !*wait {
 		return usageErr("--timeout applies only with --wait")
 	}
-	st, err := e.store(ctx)
-	if err != nil {
-		return err
-	}
-	src, err := sourceNamed(ctx, st, pos[0])
+	st, src, err := e.storeSource(ctx, pos[0])
 	if err != nil {
 		return err
 	}

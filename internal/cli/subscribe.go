@@ -31,25 +31,15 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	principal := fs.String("principal", "default", "principal the subscription is for")
 	wait := fs.Duration("wait", 20*time.Second, "how long to wait for ACTIVE (0: do not wait)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, usage, "SOURCE", "URI")
+	t, err := parseTarget(fs, args, usage, principal)
 	if err != nil {
-		return err
-	}
-	if err := notEmpty("--principal", *principal); err != nil {
 		return err
 	}
 	if err := nonNegative("wait", *wait); err != nil {
 		return err
 	}
-	norm, err := normalizeURI(pos[1])
-	if err != nil {
-		return err
-	}
-	st, err := e.store(ctx)
-	if err != nil {
-		return err
-	}
-	src, err := sourceNamed(ctx, st, pos[0])
+	norm := t.uri
+	st, src, err := e.storeSource(ctx, t.source)
 	if err != nil {
 		return err
 	}
@@ -75,7 +65,7 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 		return err
 	}
 	run, err := startSubscription(ctx, tc, e.Config.Namespace, wfID, contract.SubscriptionInput{
-		Principal: *principal, Source: src.Name, SourceID: src.ID, URI: norm, ServerURI: pos[1],
+		Principal: *principal, Source: src.Name, SourceID: src.ID, URI: norm, ServerURI: t.raw,
 		BackstopSeconds: src.BackstopSeconds, PollSeconds: src.PollSeconds,
 	})
 	if err != nil {
@@ -89,7 +79,7 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	if *wait == 0 && (errors.Is(err, ledger.ErrNotFound) || (err == nil && sub.Generation <= closedGen)) {
 		// The workflow has not written (or reopened) its ledger row yet: it starts DISCOVERED.
 		if *asJSON {
-			return writeJSON(e.Stdout, statusJSON{Source: src.Name, URI: norm, ServerURI: pos[1], Principal: *principal,
+			return writeJSON(e.Stdout, statusJSON{Source: src.Name, URI: norm, ServerURI: t.raw, Principal: *principal,
 				State: mcpsync.StateDiscovered, WorkflowID: wfID})
 		}
 		fmt.Fprintf(e.Stdout, "subscription workflow %s started (run %s)\n", wfID, run.GetRunID())
@@ -186,25 +176,15 @@ func unsubscribe(ctx context.Context, e *runEnv, args []string) error {
 	principal := fs.String("principal", "default", "principal the subscription is for")
 	wait := fs.Duration("wait", 20*time.Second, "how long to wait for CLOSED (0: do not wait)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args, usage, "SOURCE", "URI")
+	t, err := parseTarget(fs, args, usage, principal)
 	if err != nil {
-		return err
-	}
-	if err := notEmpty("--principal", *principal); err != nil {
 		return err
 	}
 	if err := nonNegative("wait", *wait); err != nil {
 		return err
 	}
-	norm, err := normalizeURI(pos[1])
-	if err != nil {
-		return err
-	}
-	st, err := e.store(ctx)
-	if err != nil {
-		return err
-	}
-	src, err := sourceNamed(ctx, st, pos[0])
+	norm := t.uri
+	st, src, err := e.storeSource(ctx, t.source)
 	if err != nil {
 		return err
 	}

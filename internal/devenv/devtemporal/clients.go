@@ -130,6 +130,7 @@ func (s *Server) startUI(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
+		//lint:ignore ST1005 "Web UI" is a proper noun and the message is shown to users as is.
 		return fmt.Errorf("Web UI on %s never answered: %w", s.UIURL(), err)
 	}
 	return nil

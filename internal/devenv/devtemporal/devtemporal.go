@@ -46,6 +46,8 @@ func SearchAttributes() map[string]enumspb.IndexedValueType {
 }
 
 // ErrDataDirInUse reports that another process runs a server on the same data directory.
+//
+//lint:ignore ST1005 "Temporal" is a proper noun.
 var ErrDataDirInUse = errors.New("Temporal data directory is in use by another process")
 
 // PortInUseError reports that a port Start should listen on is already taken.
