@@ -34,16 +34,22 @@ const auditNotificationRecordedFmt = "notification/%d/%d/%d"
 // RecordNotification matches a notification to the subscriptions of its source and URI and
 // records (session generation, sequence) on each, in one statement, only when the notification
 // comes from the source's current session and the subscription is not closing (R12, R19). It
-// returns the subscriptions to signal. A notification that matches none is not dropped
-// silently: one audit receipt says why (old session, unknown URI, closed subscription, or a
-// sequence number already seen) and the returned audit kind names it.
+// returns the subscriptions to signal. It is idempotent: the session host retries it when the
+// reply to its commit is lost, and a retry of the same (source, session generation, sequence
+// number, URI) finds the pair it recorded and returns the same targets again, recording
+// nothing new, so the retry still routes the signal (a workflow ignores a signal whose
+// sequence number it has already seen). The sequence number is per session, so an equal pair
+// on the subscription's row can only be this notification's. A notification that matches none
+// is not dropped silently: one audit receipt says why (old session, unknown URI, closed
+// subscription, or a sequence number below the last one recorded) and the returned audit kind
+// names it.
 func (s *Store) RecordNotification(ctx context.Context, n Notification) (targets []NotificationTarget, audit mcpsync.ReceiptKind, err error) {
 	rows, err := s.pool.Query(ctx, `
 		UPDATE subscriptions s SET last_notification_gen = $2, last_notification_seq = $3
 		FROM sources so
 		WHERE s.source_id = $1 AND s.uri = $4 AND so.id = s.source_id AND so.current_generation = $2
 		  AND s.state NOT IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN', 'CLOSED')
-		  AND (s.last_notification_gen, s.last_notification_seq) < ($2::bigint, $3::bigint)
+		  AND (s.last_notification_gen, s.last_notification_seq) <= ($2::bigint, $3::bigint)
 		RETURNING s.id, s.workflow_id, s.generation, s.state`, n.SourceID, n.SessionGeneration, n.Seq, n.URI)
 	if err != nil {
 		return nil, "", fmt.Errorf("ledger: record notification: %w", err)

@@ -70,8 +70,10 @@ type EnsureSpec struct {
 // DISCOVERED with generation 1, only while the principal holds a standing grant on the source
 // (a *GrantError matching ErrNoGrant otherwise). A CLOSED subscription is opened again under the next
 // subscription generation, so every read of the earlier generation stays fenced (R12); its
-// watermark is kept, so no earlier read can ever be accepted (R30). A subscription that is
-// not CLOSED is returned unchanged.
+// watermark is kept, so no earlier read can ever be accepted (R30), and its accepted digest is
+// cleared, so the new generation's first good read is a new version with its invalidation even
+// when the bytes are those accepted before (R21). A subscription that is not CLOSED is
+// returned unchanged.
 func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscription, error) {
 	if spec.Principal == "" || spec.URI == "" || spec.ServerURI == "" || spec.WorkflowID == "" {
 		return Subscription{}, fmt.Errorf("ledger: ensure subscription %+v: %w", spec, ErrInvalid)
@@ -90,6 +92,7 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 				generation = subscriptions.generation + 1,
 				state = 'DISCOVERED', state_reason = 'subscribed again after close',
 				session_generation = 0, close_ordinal = NULL, server_uri = EXCLUDED.server_uri,
+				last_accepted_digest = NULL,
 				started_at = now(), ended_at = NULL, updated_at = now()
 			WHERE subscriptions.state = 'CLOSED'
 			RETURNING id`, spec.Principal, spec.SourceID, spec.URI, spec.ServerURI, spec.WorkflowID).Scan(&id)

@@ -45,7 +45,9 @@ type TombstoneResult struct {
 // URI. Then, atomically: TOMBSTONE_PENDING → UNSUBSCRIBING with the close fence
 // (close_ordinal = last_issued_ordinal, close_epoch + 1, R18), a resourceVersion.v1 of kind
 // 'tombstone' at the not-found read's ordinal, a 'tombstone' invalidation outbox row, a
-// TOMBSTONE_CONFIRMED receipt and the CLOSE_FENCE receipt BeginUnsubscribe would write.
+// TOMBSTONE_CONFIRMED receipt and the CLOSE_FENCE receipt BeginUnsubscribe would write. The
+// accepted digest is cleared with it: the latest version is now the tombstone, so the next
+// good read of the resource, whatever its bytes, is a new version with its invalidation (R21).
 // Otherwise nothing changes and the result is OutcomeRefused with a mcpsync.TombstoneRefusal,
 // recorded as a TOMBSTONE_REFUSED receipt, and a nil error. Replaying a confirmed request
 // returns OutcomeAlreadyDone with the same version. The error is non-nil only when the
@@ -56,7 +58,7 @@ func (s *Store) ConfirmTombstone(ctx context.Context, req ConfirmTombstoneReques
 	err := s.pool.QueryRow(ctx, `
 		WITH upd AS (
 			UPDATE subscriptions s SET state = 'UNSUBSCRIBING', close_ordinal = s.last_issued_ordinal,
-				close_epoch = s.close_epoch + 1, updated_at = now(),
+				close_epoch = s.close_epoch + 1, updated_at = now(), last_accepted_digest = NULL,
 				state_reason = 'deletion confirmed by catalog ' || $3::bigint
 			FROM catalogs c, read_dispatches d
 			WHERE s.id = $1 AND s.generation = $2 AND s.state = 'TOMBSTONE_PENDING'

@@ -131,7 +131,8 @@ func (c *Conn) routeBatch(batch []notification, log *zap.Logger) {
 
 // record normalizes a notification's URI, records it in the ledger and signals the
 // subscriptions it matches. The ledger writes an audit receipt instead when it matches
-// nothing live (old session, unknown URI, closed subscription, repeated sequence number).
+// nothing live (old session, unknown URI, closed subscription, older sequence number); a
+// retry after a lost reply gets the same targets again, so the signal is still sent.
 func (c *Conn) record(n notification, log *zap.Logger) {
 	norm, err := uri.Normalize(n.serverURI)
 	mu := &c.lanes[lane(norm, n.serverURI)]
