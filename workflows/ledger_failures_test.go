@@ -2,18 +2,22 @@ package workflows_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/activities"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/workflows"
 )
 
 // failingTransition is a ledger transition activity failing its first calls with a permanent
@@ -23,17 +27,29 @@ type failingTransition struct {
 	mu       sync.Mutex
 	failures int
 	calls    int
+	// now, when set, is the test environment's clock; the time of each call goes to at.
+	now func() time.Time
+	at  []time.Time
 }
 
 func (f *failingTransition) call(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
 	f.mu.Lock()
 	f.calls++
+	if f.now != nil {
+		f.at = append(f.at, f.now())
+	}
 	fail := f.calls <= f.failures
 	f.mu.Unlock()
 	if fail {
-		return contract.TransitionOutput{}, temporal.NewNonRetryableApplicationError("injected ledger failure", contract.ErrTypePermanent, nil)
+		return contract.TransitionOutput{}, errInjected()
 	}
 	return f.real(ctx, in)
+}
+
+// errInjected is a ledger failure the local activity does not retry itself, as after its
+// ScheduleToClose ran out with Postgres unreachable.
+func errInjected() error {
+	return temporal.NewNonRetryableApplicationError("injected ledger failure", contract.ErrTypePermanent, nil)
 }
 
 // A run started over a ledger row an earlier run left ACTIVE marks it RECONCILIATION_REQUIRED
@@ -85,36 +101,110 @@ func TestFailedReconciliationMarkIsRetried(t *testing.T) {
 	}
 }
 
-// R18: an unsubscribe whose close fence fails is not dropped: the fence is tried again on the
-// next turn (here the next backstop pulse) and the subscription closes.
+// R18: an unsubscribe or revocation whose close fence fails is never dropped: the fence is
+// tried again after a capped backoff (1 s doubling to UnsubscribeRetryMax), not on some
+// later pulse (the backstop here is an hour), until it passes; a close still pending when the
+// run continues as new is carried and passed by the next run, with no new signal. Times are
+// the test environment's clock.
 func TestFailedCloseFenceIsRetried(t *testing.T) {
-	h := newHarness(t)
-	fence := &failingTransition{real: (&activities.Ledger{Store: h.st}).BeginUnsubscribe, failures: 1}
-	h.env.RegisterActivityWithOptions(fence.call, activity.RegisterOptions{
-		Name: contract.ActBeginUnsubscribe, DisableAlreadyRegisteredCheck: true})
-	h.at(time.Minute, func() { h.signal(contract.SignalUnsubscribe, contract.Unsubscribe{ID: "u1"}) })
-	// A dropped fence would leave the subscription ACTIVE for ever: give up after half an hour.
-	h.at(30*time.Minute, h.env.CancelWorkflow)
-	in := h.input()
-	in.BackstopSeconds = 60
-	h.env.ExecuteWorkflow(contract.SubscriptionWorkflowName, in)
-	if !h.env.IsWorkflowCompleted() {
-		t.Fatal("workflow did not complete")
+	const retryMax = 4 * time.Second
+	tests := []struct {
+		name     string
+		signal   string
+		failures int
+		// canAfter, when set, has the server suggest continue-as-new this long after the
+		// close request, while the fence is still failing.
+		canAfter time.Duration
+		// wantGaps are the backoffs between attempts.
+		wantGaps []time.Duration
+	}{
+		{"unsubscribe, fence fails once", contract.SignalUnsubscribe, 1, 0, []time.Duration{time.Second}},
+		{"revoke, fence fails five times, backoff capped", contract.SignalRevoke, 5, 0,
+			[]time.Duration{time.Second, 2 * time.Second, retryMax, retryMax, retryMax}},
+		{"fence still failing at continue-as-new", contract.SignalUnsubscribe, 3, 2 * time.Second, nil},
 	}
-	if err := h.env.GetWorkflowError(); err != nil {
-		t.Fatalf("workflow error (the close fence was not retried): %v", err)
-	}
-	var v contract.StateView
-	if err := h.env.GetWorkflowResult(&v); err != nil {
-		t.Fatal(err)
-	}
-	if sub := h.sub(); v.State != mcpsync.StateClosed || sub.State != mcpsync.StateClosed {
-		t.Errorf("state %s / ledger %s, want CLOSED", v.State, sub.State)
-	}
-	if fence.calls != 2 {
-		t.Errorf("BeginUnsubscribe called %d times, want 2", fence.calls)
-	}
-	if len(h.mcp.unsubscribes) != 1 {
-		t.Errorf("MCP unsubscribes %d, want 1", len(h.mcp.unsubscribes))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			setTunables(t, workflows.HistoryThreshold, workflows.SessionWaitMax, retryMax, workflows.EstablishRetryMax)
+			h := newHarness(t)
+			fence := &failingTransition{real: (&activities.Ledger{Store: h.st}).BeginUnsubscribe, failures: tt.failures}
+			in := h.input()
+			in.BackstopSeconds = 3600
+			var requested time.Time
+			runs := 0
+			for {
+				runs++
+				if runs > 1 {
+					h = h.fresh()
+				}
+				env := h.env
+				fence.mu.Lock()
+				fence.now = env.Now
+				fence.mu.Unlock()
+				h.env.RegisterActivityWithOptions(fence.call, activity.RegisterOptions{
+					Name: contract.ActBeginUnsubscribe, DisableAlreadyRegisteredCheck: true})
+				if runs == 1 {
+					h.at(time.Minute, func() {
+						requested = env.Now()
+						h.signal(tt.signal, contract.Unsubscribe{ID: "c1"})
+					})
+					if tt.canAfter > 0 {
+						h.at(time.Minute+tt.canAfter, func() { env.SetContinueAsNewSuggested(true) })
+					}
+				}
+				// A dropped close would leave the subscription ACTIVE: give up after an hour.
+				h.at(time.Hour, h.env.CancelWorkflow)
+				h.env.ExecuteWorkflow(contract.SubscriptionWorkflowName, in)
+				if !h.env.IsWorkflowCompleted() {
+					t.Fatal("workflow did not complete")
+				}
+				err := h.env.GetWorkflowError()
+				var can *workflow.ContinueAsNewError
+				if errors.As(err, &can) && runs == 1 {
+					var next contract.SubscriptionInput
+					if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+						t.Fatal(err)
+					}
+					if st := next.State; st == nil || st.PendingUnsubscribe == "" || st.CloseFenceFailures == 0 || st.Machine != mcpsync.StateActive {
+						t.Fatalf("continued as new with %+v, want the failed close request carried", st)
+					}
+					in = next
+					continue
+				}
+				if err != nil {
+					t.Fatalf("run %d: workflow error (the close fence was not retried): %v", runs, err)
+				}
+				break
+			}
+			var v contract.StateView
+			if err := h.env.GetWorkflowResult(&v); err != nil {
+				t.Fatal(err)
+			}
+			if sub := h.sub(); v.State != mcpsync.StateClosed || sub.State != mcpsync.StateClosed {
+				t.Errorf("state %s / ledger %s, want CLOSED", v.State, sub.State)
+			}
+			if fence.calls != tt.failures+1 {
+				t.Errorf("BeginUnsubscribe called %d times, want %d", fence.calls, tt.failures+1)
+			}
+			if len(h.mcp.unsubscribes) != 1 {
+				t.Errorf("MCP unsubscribes %d, want 1", len(h.mcp.unsubscribes))
+			}
+			if tt.canAfter > 0 {
+				if runs != 2 {
+					t.Errorf("%d runs, want the close carried into a second run", runs)
+				}
+				return
+			}
+			if len(fence.at) == 0 || !fence.at[0].Equal(requested) {
+				t.Fatalf("attempts at %v, want the first at the request (%v)", fence.at, requested)
+			}
+			var gaps []time.Duration
+			for i := 1; i < len(fence.at); i++ {
+				gaps = append(gaps, fence.at[i].Sub(fence.at[i-1]).Round(time.Second))
+			}
+			if diff := cmp.Diff(tt.wantGaps, gaps); diff != "" {
+				t.Errorf("backoff between close fence attempts (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -35,7 +35,15 @@ type source struct {
 	runningID string
 	timer     workflow.Future
 	cancel    workflow.CancelFunc
+
+	// unrecorded is the list_changed received and not yet recorded in the ledger
+	// (recordListChanged); nil when there is none.
+	unrecorded *contract.ListChanged
 }
+
+// versionRecordEveryListChanged marks the runs that record every list_changed in the ledger
+// (recordListChanged); runs without it recorded one per scan started.
+const versionRecordEveryListChanged = "record-every-list-changed"
 
 // SourceWorkflow is the long-lived workflow of one source (workflow ID
 // contract.SourceWorkflowID). It runs a DiscoveryScanWorkflow child when a scan is due: a
@@ -70,10 +78,14 @@ func SourceWorkflow(ctx workflow.Context, in contract.SourceInput) error {
 		}
 		if w.running == nil && w.st.Pending {
 			w.drainSignals() // fold triggers already delivered into this scan
+			w.recordListChanged()
 			w.startScan()
 		}
 		if w.running == nil && w.shouldContinueAsNew() {
-			return w.continueAsNew()
+			if err := w.continueAsNew(); err != nil {
+				return err
+			}
+			// A list_changed could not be recorded: not continued, tried again below.
 		}
 		w.ensureTimer()
 		sel := workflow.NewSelector(ctx)
@@ -89,6 +101,7 @@ func SourceWorkflow(ctx workflow.Context, in contract.SourceInput) error {
 			})
 		}
 		sel.Select(ctx)
+		w.recordListChanged()
 	}
 }
 
@@ -105,21 +118,54 @@ func (w *source) addSignals(sel workflow.Selector) {
 	})
 }
 
-// onListChanged invalidates the source's catalogs once per burst (a notification may only
+// onListChanged notes a list_changed for recordListChanged (a notification may only
 // invalidate, R3) and makes a scan due.
 func (w *source) onListChanged(lc contract.ListChanged) {
 	w.st.ListChangedSignals++
-	if !w.st.Invalidated {
-		var n int64
-		if err := ledgerLocal(w.ctx, contract.ActInvalidateCatalogs, contract.InvalidateInput{
-			SourceID: w.in.SourceID, Reason: fmt.Sprintf("list_changed on session generation %d", lc.SessionGeneration),
-		}, &n); err != nil {
-			w.log.Warn("invalidating catalogs failed", "error", err)
-		} else {
-			w.st.Invalidated = true
-		}
+	if w.unrecorded == nil {
+		w.unrecorded = &lc
 	}
 	w.due(fmt.Sprintf("list_changed (generation %d)", lc.SessionGeneration))
+}
+
+// recordListChanged records the list_changed received since the last record in the ledger
+// (InvalidateCatalogs), once for all of those already delivered: it invalidates every catalog
+// published so far, and the catalog of a scan whose round A began before the record is
+// published invalidated (PublishCatalog), even when the list_changed arrives between round B's
+// end and the publication (R3, R6). Every list_changed is recorded, also while a scan runs
+// whose earlier list_changed was recorded already: that record may have preceded round A. A
+// record that fails stays due and is tried again on the next turn.
+func (w *source) recordListChanged() {
+	if w.unrecorded == nil {
+		return
+	}
+	every := workflow.GetVersion(w.ctx, versionRecordEveryListChanged, workflow.DefaultVersion, 1) == 1
+	if !every {
+		// Runs recorded before: once per scan started, a failure dropped.
+		lc := *w.unrecorded
+		w.unrecorded = nil
+		if !w.st.Invalidated && w.invalidate(lc) {
+			w.st.Invalidated = true
+		}
+		return
+	}
+	w.drainSignals() // one record for every list_changed already delivered
+	if w.invalidate(*w.unrecorded) {
+		w.unrecorded = nil
+		w.st.Invalidated = true
+	}
+}
+
+// invalidate records lc in the ledger and reports whether the ledger answered.
+func (w *source) invalidate(lc contract.ListChanged) bool {
+	var n int64
+	if err := ledgerLocal(w.ctx, contract.ActInvalidateCatalogs, contract.InvalidateInput{
+		SourceID: w.in.SourceID, Reason: fmt.Sprintf("list_changed on session generation %d", lc.SessionGeneration),
+	}, &n); err != nil {
+		w.log.Warn("recording list_changed failed", "error", err)
+		return false
+	}
+	return true
 }
 
 func (w *source) onRequest(r contract.ScanRequest) {
@@ -221,9 +267,15 @@ func (w *source) drainSignals() {
 	}
 }
 
-// continueAsNew drains delivered signals into the state and continues as new with it.
+// continueAsNew drains delivered signals into the state, records their list_changed, and
+// continues as new with it. It returns nil, not continuing, while a list_changed cannot be
+// recorded: the record is not carried over.
 func (w *source) continueAsNew() error {
 	w.drainSignals()
+	w.recordListChanged()
+	if w.unrecorded != nil {
+		return nil
+	}
 	if err := workflow.Await(w.ctx, func() bool { return workflow.AllHandlersFinished(w.ctx) }); err != nil {
 		return err
 	}

@@ -36,8 +36,12 @@ var (
 	SignalThreshold = 4000
 	// SessionWaitMax bounds the wait between looks for a live session.
 	SessionWaitMax = 30 * time.Second
-	// UnsubscribeRetryMax bounds the wait between unsubscribe retries in UNSUBSCRIBE_UNKNOWN.
+	// UnsubscribeRetryMax bounds the wait between unsubscribe retries in UNSUBSCRIBE_UNKNOWN,
+	// and between attempts of a close fence that failed (R18).
 	UnsubscribeRetryMax = time.Minute
+	// CloseRetryBase is the wait before the first retry of a close fence that failed; it
+	// doubles with every further failure up to UnsubscribeRetryMax (R18).
+	CloseRetryBase = time.Second
 	// EstablishRetryMax bounds the wait between subscribe attempts after failures.
 	EstablishRetryMax = 5 * time.Minute
 	// LateReadWait is how long a closed subscription waits for an in-flight read, so that its
@@ -72,10 +76,10 @@ type subscription struct {
 	lateReads []lateRead
 	// duringRead collects the pulses received while a read is in flight.
 	duringRead pulsesDuringRead
-	// pendingMark is the reason of a MarkReconciliationRequired that failed and is retried
-	// before the next subscribe attempt (see markReconciliationRequired). It is not carried
-	// through continue-as-new: a run only continues as new once it is established again.
-	pendingMark string
+	// closeRetry is the backoff timer of a close fence that failed (st.PendingUnsubscribe):
+	// the fence is tried again once it fires (R18); closeRetryCancel stops it.
+	closeRetry       workflow.Future
+	closeRetryCancel workflow.CancelFunc
 }
 
 // SubscriptionWorkflow is the long-lived workflow of one (principal, source, URI)
@@ -102,6 +106,9 @@ func SubscriptionWorkflow(ctx workflow.Context, in contract.SubscriptionInput) (
 		}
 		w.m = m
 		w.nextReason = mcpsync.ReasonNotification
+		if w.st.NextReason != "" {
+			w.nextReason = w.st.NextReason
+		}
 	} else {
 		w.st = &contract.SubscriptionState{Counters: contract.Counters{ReadsByReason: map[mcpsync.ReadReason]int64{}}}
 		w.m = fsm.New()
@@ -166,12 +173,20 @@ func (w *subscription) run() (contract.StateView, error) {
 			return w.view(), err
 		}
 		w.applyPending()
-		if s := w.m.State(); (s == mcpsync.StateActive || s == mcpsync.StateUpdateSeen) && w.shouldContinueAsNew() {
-			// No read is in flight here: reads are single-flight and synchronous. Checking in
+		if w.m.State() != mcpsync.StateClosed && w.shouldContinueAsNew() {
+			// Every state but CLOSED: a subscription waiting for a session, an unsubscribe
+			// acknowledgement, a tombstone decision or a close fence loops for as long as the
+			// outage lasts, and its history must not grow without bound. Checking in
 			// UPDATE_SEEN too matters: under a sustained storm the workflow never idles.
 			if err := w.continueAsNew(); err != nil {
 				return w.view(), err
 			}
+		}
+		if w.closePending() {
+			// A close fence failed: nothing but the close is pursued until it passes (R18).
+			w.awaitCloseRetry()
+			w.upsertSearch()
+			continue
 		}
 		switch w.m.State() {
 		case mcpsync.StateClosed:

@@ -12,7 +12,8 @@ import (
 
 // beginClose passes the close fence in the ledger (R18) and moves to UNSUBSCRIBING, or to
 // the further closing state the ledger answers with. A close fence that failed stays pending
-// and is tried again on the next turn.
+// and is tried again when its backoff timer fires (armCloseRetry), in this run or, carried in
+// the state, the next one.
 func (w *subscription) beginClose(reason string) {
 	if w.refreshCancel != nil {
 		w.refreshCancel()
@@ -21,9 +22,12 @@ func (w *subscription) beginClose(reason string) {
 	var tr contract.TransitionOutput
 	if err := w.local(contract.ActBeginUnsubscribe, w.transition(0, reason), &tr); err != nil {
 		w.st.Reason = reasonf(err, "close fence failed")
-		w.st.PendingUnsubscribe = reason // try again on the next turn
+		w.st.PendingUnsubscribe = reason
+		w.st.CloseFenceFailures++
+		w.armCloseRetry()
 		return
 	}
+	w.st.CloseFenceFailures = 0
 	w.st.CloseEpoch = tr.CloseEpoch
 	w.st.Reason = reason
 	switch tr.State {
@@ -37,6 +41,54 @@ func (w *subscription) beginClose(reason string) {
 			w.adopt(mcpsync.StateUnsubscribing)
 		}
 	}
+}
+
+// closePending reports whether a close request waits for its close fence: one that failed
+// and waits for its backoff (R18).
+func (w *subscription) closePending() bool {
+	return w.st.PendingUnsubscribe != "" && !w.m.State().Closing()
+}
+
+// armCloseRetry starts the backoff timer after the close fence failed for the
+// st.CloseFenceFailures-th time in a row: CloseRetryBase doubling up to UnsubscribeRetryMax.
+func (w *subscription) armCloseRetry() {
+	w.stopCloseRetry()
+	ctx, cancel := workflow.WithCancel(w.ctx)
+	d := backoff(w.st.CloseFenceFailures-1, CloseRetryBase, UnsubscribeRetryMax)
+	w.closeRetry, w.closeRetryCancel = workflow.NewTimer(ctx, d), cancel
+}
+
+// closeRetryDue reports whether a pending close may be tried now: its backoff is over, or it
+// has not failed in this run.
+func (w *subscription) closeRetryDue() bool {
+	return w.closeRetry == nil || w.closeRetry.IsReady()
+}
+
+// stopCloseRetry drops the backoff timer of a close fence, cancelling it if it still runs.
+func (w *subscription) stopCloseRetry() {
+	if w.closeRetry != nil && !w.closeRetry.IsReady() {
+		w.closeRetryCancel()
+	}
+	w.closeRetry, w.closeRetryCancel = nil, nil
+}
+
+// addCloseRetry makes sel wake when the backoff of a failed close fence is over, so that the
+// fence is tried again within its backoff whatever the workflow is waiting for (R18).
+func (w *subscription) addCloseRetry(sel workflow.Selector) {
+	if w.closeRetry != nil && !w.closeRetry.IsReady() {
+		sel.AddFuture(w.closeRetry, func(workflow.Future) {})
+	}
+}
+
+// awaitCloseRetry waits for the backoff of a failed close fence, recording signals meanwhile.
+func (w *subscription) awaitCloseRetry() {
+	if w.closeRetryDue() {
+		return
+	}
+	sel := workflow.NewSelector(w.ctx)
+	w.addCloseRetry(sel)
+	w.addSignals(sel)
+	sel.Select(w.ctx)
 }
 
 // unsubscribeOnServer sends the MCP unsubscribe on the session the subscription lives on. An

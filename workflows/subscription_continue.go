@@ -3,24 +3,28 @@ package workflows
 import (
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 )
 
+// shouldContinueAsNew reports whether this run's history is long enough to continue as new.
+// It reads the workflow info only, so it emits no command.
 func (w *subscription) shouldContinueAsNew() bool {
 	info := workflow.GetInfo(w.ctx)
 	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= HistoryThreshold ||
 		w.signalsThisRun >= SignalThreshold
 }
 
-// continueAsNew drains pending signals into the state and continues as new with it; if a
-// drained signal needs action first, it returns nil and the loop handles it. The machine
-// travels as (SubscriptionState.Machine, SubscriptionState.Dirty) and comes back through
-// fsm.Resume.
+// continueAsNew continues as new from any state but CLOSED, carrying the whole state: the
+// machine as (SubscriptionState.Machine, SubscriptionState.Dirty), which comes back through
+// fsm.Resume, the reason of the next read, a failed reconciliation mark, a close request whose
+// fence failed (with its failure count, so its backoff goes on), the retry counters and the
+// signal IDs seen. Reads a closed subscription still waits for are settled first (R19).
+// Pending signals are drained into the state; if a drained signal needs action first (a new
+// close request, a session change), it returns nil and the loop handles it.
 func (w *subscription) continueAsNew() error {
+	w.settleLateReads()
 	w.drainSignals()
-	if s := w.m.State(); w.st.PendingUnsubscribe != "" || w.st.PendingSessionChange > 0 ||
-		s != mcpsync.StateActive && s != mcpsync.StateUpdateSeen {
+	if w.st.PendingSessionChange > 0 || w.st.PendingUnsubscribe != "" && w.st.CloseFenceFailures == 0 && !w.m.State().Closing() {
 		return nil
 	}
 	if err := workflow.Await(w.ctx, func() bool { return workflow.AllHandlersFinished(w.ctx) }); err != nil {
@@ -30,8 +34,21 @@ func (w *subscription) continueAsNew() error {
 		w.refreshCancel()
 	}
 	w.st.Machine, w.st.Dirty = w.m.State(), w.m.Dirty()
+	w.st.NextReason = w.nextReason
 	w.st.ContinuedAsNew++
 	next := w.in
 	next.State = w.st
 	return workflow.NewContinueAsNewError(w.ctx, contract.SubscriptionWorkflowName, next)
+}
+
+// settleLateReads waits for the reads still in flight when the close fence passed and offers
+// each answer to the acceptance point, which only records STALE_AFTER_CLOSE (R19): a run
+// cannot hand an activity it started to the next one. Each read ends within its activity
+// timeouts.
+func (w *subscription) settleLateReads() {
+	for _, r := range w.lateReads {
+		w.await(r.future)
+		w.settleRead(r.future, r.ordinal, r.reqID)
+	}
+	w.lateReads = nil
 }

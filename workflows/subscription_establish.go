@@ -14,7 +14,7 @@ import (
 // live generation), MCP subscribe on the host holding the session unless the server lacks
 // resources.subscribe (then we poll, R11), Activate, then a read.
 func (w *subscription) establish() {
-	if w.pendingMark != "" && !w.markReconciliationRequired(w.pendingMark) {
+	if w.st.PendingMark != "" && !w.markReconciliationRequired(w.st.PendingMark) {
 		// The ledger may still say ACTIVE and would refuse BeginSubscribe: retry the mark.
 		w.sleep(backoff(w.st.EstablishFailures, 2*time.Second, EstablishRetryMax))
 		w.st.EstablishFailures++
@@ -92,18 +92,18 @@ func (w *subscription) failEstablish(reason string) {
 
 // markReconciliationRequired records in the ledger that the subscription's server side is
 // unknown (R12), so that the next BeginSubscribe is accepted; it reports whether the ledger
-// answered. A mark that failed is kept in pendingMark and retried before the next subscribe
-// attempt, the way a failed close fence is retried on the next turn: otherwise a ledger left
+// answered. A mark that failed is kept in PendingMark (carried through continue-as-new) and
+// retried before the next subscribe attempt: otherwise a ledger left
 // ACTIVE would refuse every BeginSubscribe and establishing would back off forever. A refused
 // mark needs no retry: the ledger is RECONCILIATION_REQUIRED already (BeginSubscribe accepts
 // that), or closing (the close path takes over), or of another generation.
 func (w *subscription) markReconciliationRequired(reason string) bool {
 	var tr contract.TransitionOutput
 	if err := w.local(contract.ActMarkReconciliationRequired, w.transition(0, reason), &tr); err != nil {
-		w.pendingMark = reason
+		w.st.PendingMark = reason
 		w.st.Reason = reasonf(err, "marking reconciliation required failed")
 		return false
 	}
-	w.pendingMark = ""
+	w.st.PendingMark = ""
 	return true
 }

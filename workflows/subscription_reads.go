@@ -45,6 +45,10 @@ func (w *subscription) read() {
 	if alloc.Outcome != mcpsync.OutcomeAllocated {
 		w.st.Counters.Refused++
 		w.st.Reason = reasonf(nil, "read ordinal refused: %s (ledger state %s)", alloc.Outcome, alloc.State)
+		if alloc.Outcome == mcpsync.OutcomeRevoked {
+			w.requestRevokedClose("allocate")
+			return
+		}
 		if !w.m.State().Closing() {
 			w.apply(fsm.IdentityUnknown)
 		}
@@ -87,6 +91,11 @@ func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string
 	if err != nil {
 		w.st.Counters.ReadFailures++
 		if isStaleSession(err) {
+			if w.m.State().Closing() {
+				// The ledger closes a closing subscription when the session's end is
+				// recorded (R20); the close path follows it there.
+				return
+			}
 			w.apply(fsm.SessionEnded)
 			w.st.Reason = reasonf(nil, "session ended during read")
 			return
@@ -108,7 +117,7 @@ func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string
 			w.st.Reason = reasonf(nil, "read %d answered not found; awaiting reconciliation", ordinal)
 		} else {
 			w.st.Counters.Refused++
-			w.afterRefusal(outcome)
+			w.afterRefusal(outcome, "not-found record")
 		}
 		return
 	}
@@ -136,17 +145,21 @@ func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string
 		w.apply(fsm.ReadSettled)
 	default:
 		w.st.Counters.Refused++
-		w.afterRefusal(acc.Outcome)
+		w.afterRefusal(acc.Outcome, "accept")
 	}
 }
 
 // afterRefusal follows a read the ledger did not accept: after close the receipt is the whole
-// effect; a read of an older session or generation leaves the server side unknown (R12); any
-// other refusal (stale, R17) just ends the read.
-func (w *subscription) afterRefusal(outcome mcpsync.Outcome) {
+// effect; a revoked grant requests the close (requestRevokedClose); a read of an older session
+// or generation leaves the server side unknown (R12); any other refusal (stale, R17) just ends
+// the read.
+func (w *subscription) afterRefusal(outcome mcpsync.Outcome, phase string) {
 	switch {
 	case w.m.State().Closing():
 		// STALE_AFTER_CLOSE: the receipt is the whole effect (R19).
+	case outcome == mcpsync.OutcomeRevoked:
+		w.apply(fsm.ReadSettled)
+		w.requestRevokedClose(phase)
 	case outcome == mcpsync.OutcomeOldSession || outcome == mcpsync.OutcomeOldGeneration:
 		w.apply(fsm.IdentityUnknown)
 		w.st.Reason = reasonf(nil, "read refused: %s", outcome)
@@ -188,4 +201,17 @@ func (w *subscription) jitter(d time.Duration) time.Duration {
 	fmt.Fprintf(h, "%s/%d/%d", w.wfID, w.st.ReadSeq, w.st.ContinuedAsNew)
 	frac := float64(h.Sum64()%1000) / 1000
 	return time.Duration(float64(d) * (0.8 + 0.4*frac))
+}
+
+// requestRevokedClose follows a REVOKED refusal of a read statement (at allocate, accept or
+// not-found): the principal's grant is gone, so the refusal is itself a close request with the
+// revoke reason, passed through the close fence on the next turn and retried with backoff
+// until it passes, exactly like a Revoke signal (R18, R29). The subscription never goes back
+// to establishing, and needs no signal to close.
+func (w *subscription) requestRevokedClose(phase string) {
+	w.st.Reason = reasonf(nil, "%s: the ledger refused the %s: the principal's grant was revoked", closeRevoked, phase)
+	if w.m.State().Closing() || w.st.PendingUnsubscribe != "" {
+		return
+	}
+	w.st.PendingUnsubscribe = w.st.Reason
 }

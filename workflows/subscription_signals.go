@@ -193,16 +193,25 @@ func (w *subscription) applyPending() {
 
 // passCloseFence acts on a pending unsubscribe or revocation: it passes the close fence
 // (R18) unless the subscription is closing already. A close fence that failed is pending
-// again afterwards (beginClose records it), so the next turn retries it.
+// again afterwards (beginClose records it and arms its backoff timer) and is tried again once
+// the backoff is over, never dropped.
 func (w *subscription) passCloseFence() {
 	reason := w.st.PendingUnsubscribe
 	if reason == "" {
 		return
 	}
-	w.st.PendingUnsubscribe = ""
-	if !w.m.State().Closing() {
-		w.beginClose(reason)
+	if w.m.State().Closing() {
+		// Closing by another way (a confirmed tombstone, the ledger's close): nothing to do.
+		w.st.PendingUnsubscribe, w.st.CloseFenceFailures = "", 0
+		w.stopCloseRetry()
+		return
 	}
+	if !w.closeRetryDue() {
+		return
+	}
+	w.closeRetry, w.closeRetryCancel = nil, nil
+	w.st.PendingUnsubscribe = ""
+	w.beginClose(reason)
 }
 
 // await blocks until f is ready, recording every signal that arrives meanwhile and passing
@@ -221,6 +230,7 @@ func (w *subscription) awaitFor(f workflow.Future, stopWhenClosing bool) bool {
 		sel := workflow.NewSelector(w.ctx)
 		sel.AddFuture(f, func(workflow.Future) {})
 		w.addSignals(sel)
+		w.addCloseRetry(sel)
 		sel.Select(w.ctx)
 		w.passCloseFence()
 		if w.ctx.Err() != nil {
@@ -230,7 +240,8 @@ func (w *subscription) awaitFor(f workflow.Future, stopWhenClosing bool) bool {
 	return true
 }
 
-// sleep waits d or until a signal arrives, whichever is first.
+// sleep waits d or until a signal arrives or the backoff of a failed close fence is over,
+// whichever is first.
 func (w *subscription) sleep(d time.Duration) {
 	ctx, cancel := workflow.WithCancel(w.ctx)
 	defer cancel()
@@ -238,5 +249,6 @@ func (w *subscription) sleep(d time.Duration) {
 	sel := workflow.NewSelector(w.ctx)
 	sel.AddFuture(timer, func(workflow.Future) {})
 	w.addSignals(sel)
+	w.addCloseRetry(sel)
 	sel.Select(w.ctx)
 }

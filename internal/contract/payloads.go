@@ -47,6 +47,14 @@ type SubscriptionState struct {
 	EstablishFailures    int
 	ContinuedAsNew       int
 	LastSignalIDs        []string // recent unsubscribe/revoke/reconcile IDs, for dedupe
+	// CloseFenceFailures counts the consecutive failed close fences of PendingUnsubscribe;
+	// it sets the backoff of the next attempt (R18).
+	CloseFenceFailures int
+	// PendingMark is the reason of a MarkReconciliationRequired that failed and is retried
+	// before the next subscribe attempt (R12).
+	PendingMark string
+	// NextReason is the reason of the next read (R14); empty means notification.
+	NextReason mcpsync.ReadReason
 }
 
 // Counters count what a subscription did, so read amplification can be measured (R27).

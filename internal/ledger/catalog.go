@@ -117,8 +117,12 @@ func scanCatalog(row pgx.Row) (Catalog, error) {
 //
 // measuredAt is B's end, nextCheckAt measuredAt + Recheck, and the staleness bound is the
 // scan window (A's first request to B's end) plus Recheck: the longest a change can go unseen
-// when the server sends no list_changed. A refused level returns a *ProofRefusal
-// (errors.Is ErrProofRefused). Replaying a published key returns the stored catalog.
+// when the server sends no list_changed. A list_changed recorded for the source
+// (InvalidateCatalogs) since round A began, even one after round B's end, is found by the same
+// INSERT: the catalog is published invalidated (integrity consumers refuse it) with nextCheckAt
+// now, so that no catalog a list_changed overtook is ever served as valid (R3, R6). A refused
+// level returns a *ProofRefusal (errors.Is ErrProofRefused). Replaying a published key returns
+// the stored catalog.
 func (s *Store) PublishCatalog(ctx context.Context, req PublishRequest) (Catalog, error) {
 	if req.Key == "" || !req.Level.Valid() || req.Recheck <= 0 {
 		return Catalog{}, fmt.Errorf("ledger: publish catalog %q level %q recheck %s: %w", req.Key, req.Level, req.Recheck, ErrInvalid)
@@ -151,17 +155,55 @@ func (s *Store) PublishCatalog(ctx context.Context, req PublishRequest) (Catalog
 		if len(req.BasisScanIDs) != 2 {
 			return Catalog{}, &ProofRefusal{Level: req.Level, Reason: "two rounds are required (R24)"}
 		}
-		err = s.pool.QueryRow(ctx, `
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			// The list_changed fence (R3, R6): lock the source row FOR SHARE first.
+			// InvalidateCatalogs updates it before it invalidates, so the two serialise on it:
+			// a list_changed recorded before this lock is in the count the INSERT (a new
+			// snapshot) compares with round A's; one recorded after waits for this commit and
+			// then invalidates the catalog it finds.
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM sources WHERE id = $1 FOR SHARE`, req.SourceID); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, publishBasisSQL, req.Key, req.SourceID, req.ScanWorkflowID, string(req.Level), req.Reason,
+				req.RoundsUsed, req.BasisScanIDs[0], req.BasisScanIDs[1], req.Recheck.Seconds()).Scan(&id)
+		})
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		if c, err := s.catalogByKey(ctx, req.Key); err == nil {
+			return c, nil // a concurrent replay published first
+		}
+		if req.Level == ProofReconciliationRequired {
+			return Catalog{}, fmt.Errorf("ledger: publish catalog: source %d: %w", req.SourceID, ErrNotFound)
+		}
+		return Catalog{}, &ProofRefusal{Level: req.Level, Reason: s.explainBasis(ctx, req)}
+	}
+	if err != nil {
+		return Catalog{}, fmt.Errorf("ledger: publish catalog %s: %w", req.Key, err)
+	}
+	return s.CatalogByID(ctx, id)
+}
+
+// publishBasisSQL is PublishCatalog's INSERT of a SNAPSHOT_PROVEN or SNAPSHOT_UNPROVEN catalog:
+// its WHERE re-checks rounds A ($7) and B ($8), and a list_changed recorded for the source
+// since round A began (sources.list_changed_seq past A's copy) publishes it invalidated with
+// its re-check due at once. It expects $1 key, $2 source, $3 scan workflow ID, $4 level, $5
+// reason, $6 rounds used, $9 re-check seconds.
+const publishBasisSQL = `
 			INSERT INTO catalogs (catalog_key, source_id, session_generation, scan_workflow_id,
 				proof_level, reason, rounds_used, basis_scan_ids, entries_scan_id, set_digest,
 				snapshot_id, resource_count, template_count, scans_started_at, measured_at,
-				staleness_bound, next_check_at)
+				staleness_bound, next_check_at, invalidated_at, invalidated_reason)
 			SELECT $1, b.source_id, b.session_generation, $3, $4, $5, $6, ARRAY[a.id, b.id], b.entries_scan_id,
 			       b.set_digest, CASE WHEN $4 = 'SNAPSHOT_PROVEN' THEN b.snapshot_id END,
 			       b.resource_count, b.template_count, a.started_at, b.ended_at,
 			       (b.ended_at - a.started_at) + make_interval(secs => $9),
-			       b.ended_at + make_interval(secs => $9)
+			       CASE WHEN lc.overtaken THEN now() ELSE b.ended_at + make_interval(secs => $9) END,
+			       CASE WHEN lc.overtaken THEN now() END,
+			       CASE WHEN lc.overtaken THEN format('%s list_changed recorded since round %s began (last at %s)',
+			                 so.list_changed_seq - a.source_list_changed_seq, a.round, so.list_changed_at) END
 			FROM discovery_scans a JOIN discovery_scans b ON b.id = $8
+			JOIN sources so ON so.id = a.source_id
+			CROSS JOIN LATERAL (SELECT so.list_changed_seq > a.source_list_changed_seq AS overtaken) lc
 			WHERE a.id = $7 AND a.id <> b.id AND a.source_id = $2 AND b.source_id = $2
 			  AND a.scan_run = b.scan_run AND b.round = a.round + 1
 			  AND a.session_generation = b.session_generation
@@ -179,23 +221,7 @@ func (s *Store) PublishCatalog(ctx context.Context, req PublishRequest) (Catalog
 			                          AND x.outcome = 'COMPLETE' AND x.snapshot_id = a.snapshot_id
 			                          AND x.set_digest <> a.set_digest)))
 			ON CONFLICT (catalog_key) DO NOTHING
-			RETURNING id`, req.Key, req.SourceID, req.ScanWorkflowID, string(req.Level), req.Reason,
-			req.RoundsUsed, req.BasisScanIDs[0], req.BasisScanIDs[1], req.Recheck.Seconds()).Scan(&id)
-	}
-	if err == pgx.ErrNoRows {
-		if c, err := s.catalogByKey(ctx, req.Key); err == nil {
-			return c, nil // a concurrent replay published first
-		}
-		if req.Level == ProofReconciliationRequired {
-			return Catalog{}, fmt.Errorf("ledger: publish catalog: source %d: %w", req.SourceID, ErrNotFound)
-		}
-		return Catalog{}, &ProofRefusal{Level: req.Level, Reason: s.explainBasis(ctx, req)}
-	}
-	if err != nil {
-		return Catalog{}, fmt.Errorf("ledger: publish catalog %s: %w", req.Key, err)
-	}
-	return s.CatalogByID(ctx, id)
-}
+			RETURNING id`
 
 // explainBasis says why rounds A and B do not prove req.Level. It only labels a refusal the
 // INSERT already made.
@@ -282,14 +308,27 @@ func (s *Store) CatalogEntries(ctx context.Context, catalogID int64) ([]ScanEntr
 	return out, nil
 }
 
-// InvalidateCatalogs marks every not yet invalidated catalog of a source as invalidated: a
-// list_changed arrived, so none of them may vouch for the current set any more (R3). It
-// returns how many catalogs it marked.
+// InvalidateCatalogs records a list_changed of a source and marks every not yet invalidated
+// catalog of it as invalidated: none of them may vouch for the current set any more (R3). It
+// returns how many catalogs it marked. The record (sources.list_changed_seq) is written first,
+// in the same READ COMMITTED transaction: that UPDATE waits for a PublishCatalog holding the
+// source row, and the invalidation that follows (a new snapshot) then finds its catalog; a
+// PublishCatalog that comes after finds the record and publishes invalidated. Either way a
+// catalog whose round A began before the record is invalidated.
 func (s *Store) InvalidateCatalogs(ctx context.Context, sourceID int64, reason string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE catalogs SET invalidated_at = now(), invalidated_reason = $2
-		WHERE source_id = $1 AND invalidated_at IS NULL`, sourceID, reason)
+	var n int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE sources SET list_changed_seq = list_changed_seq + 1,
+				list_changed_at = now() WHERE id = $1`, sourceID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE catalogs SET invalidated_at = now(), invalidated_reason = $2
+			WHERE source_id = $1 AND invalidated_at IS NULL`, sourceID, reason)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("ledger: invalidate catalogs of source %d: %w", sourceID, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

@@ -40,7 +40,9 @@ type ScanStart struct {
 
 // BeginScan records the start of a round just before its first request: the row's started_at
 // is the time of the first request (R4), and whether the snapshot extension was negotiated is
-// taken from the session's own capability receipt. It fails with ErrStaleScan unless
+// taken from the session's own capability receipt. The source's count of recorded list_changed
+// (InvalidateCatalogs) is copied into the row in the same statement: PublishCatalog compares it
+// with the source's count when it publishes (R3, R6). It fails with ErrStaleScan unless
 // SessionGeneration is the source's current, live session, and with ErrInvalid if the key was
 // used before.
 func (s *Store) BeginScan(ctx context.Context, st ScanStart) (int64, time.Time, error) {
@@ -51,8 +53,9 @@ func (s *Store) BeginScan(ctx context.Context, st ScanStart) (int64, time.Time, 
 	var started time.Time
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO discovery_scans (scan_key, scan_run, scan_workflow_id, round, source_id,
-			session_generation, host_queue, snapshot_negotiated, list_changed_before)
-		SELECT $1, $2, $3, $4, so.id, $6, $7, se.cap_snapshot_ids, $8
+			session_generation, host_queue, snapshot_negotiated, list_changed_before,
+			source_list_changed_seq)
+		SELECT $1, $2, $3, $4, so.id, $6, $7, se.cap_snapshot_ids, $8, so.list_changed_seq
 		FROM sources so JOIN sessions se ON se.source_id = so.id AND se.generation = so.current_generation
 		WHERE so.id = $5 AND so.current_generation = $6 AND se.ended_at IS NULL
 		ON CONFLICT (scan_key) DO NOTHING
@@ -123,9 +126,12 @@ type ScanEntry struct {
 // failure and what it saw until then. Only a RUNNING row ends; otherwise ErrStaleScan. The
 // entries are written only if no earlier complete round of the source listed the same set
 // (same set digest): then the round points at that round's entries, so re-checking an
-// unchanged catalog writes no entries at all.
+// unchanged catalog writes no entries at all. Every server-supplied string (names, MIME types,
+// template URIs, failure text, snapshot IDs) is stored through SafeText.
 func (s *Store) EndScan(ctx context.Context, end ScanEnd, entries []ScanEntry) (time.Time, error) {
 	complete := end.FailureKind == ""
+	// Failure texts and snapshot IDs come from the server: store them escaped (SafeText).
+	end.Failure, end.SnapshotID, end.SnapshotIDs = SafeText(end.Failure), SafeText(end.SnapshotID), SafeTexts(end.SnapshotIDs)
 	if complete && end.SetDigest == "" {
 		return time.Time{}, fmt.Errorf("ledger: end scan %d: complete round without set digest: %w", end.ScanID, ErrInvalid)
 	}
@@ -191,7 +197,8 @@ func entryBatches(scanID int64, entries []ScanEntry) [][]any {
 		uris, servers, names, mimes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		normalized := false
 		for i, e := range entries[start:end] {
-			uris[i], servers[i], names[i], mimes[i] = e.URI, e.ServerURI, e.Name, e.MIMEType
+			// Names, MIME types and template URIs are the server's own strings (SafeText).
+			uris[i], servers[i], names[i], mimes[i] = SafeText(e.URI), SafeText(e.ServerURI), SafeText(e.Name), SafeText(e.MIMEType)
 			normalized = normalized || e.URI != e.ServerURI
 		}
 		if !normalized {
@@ -215,7 +222,7 @@ func nonNil(s []string) []string {
 func (s *Store) AbandonScan(ctx context.Context, key, reason string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE discovery_scans SET outcome = 'FAILED', failure_kind = 'ABANDONED',
 			failure = $2, ended_at = clock_timestamp()
-		WHERE scan_key = $1 AND outcome = 'RUNNING'`, key, reason)
+		WHERE scan_key = $1 AND outcome = 'RUNNING'`, key, SafeText(reason))
 	if err != nil {
 		return false, fmt.Errorf("ledger: abandon scan %s: %w", key, err)
 	}
