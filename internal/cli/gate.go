@@ -17,7 +17,7 @@ func init() {
 // gate runs mcpsync-gate (built next to mcpsync; it embeds a whole deployment, so the CLI does
 // not carry it) with the same arguments, passing its output and exit code through.
 func gate(ctx context.Context, e *runEnv, args []string) error {
-	const usage = "mcpsync gate [--shuffles N] [--resources N] [--only a,b] [--json] [--database URL] [--log-level L]"
+	const usage = "mcpsync gate [--shuffles N] [--resources N] [--only a,b] [--json] [--database URL] [--log-level L] [--log-file F]"
 	// The flags of mcpsync-gate (cmd/mcpsync-gate; keep the two in step), declared here so
 	// that bad input is rejected with one line before a whole deployment starts. The section
 	// names of --only are checked by mcpsync-gate itself.
@@ -27,7 +27,8 @@ func gate(ctx context.Context, e *runEnv, args []string) error {
 	fs.String("database", "", "admin URL of a Postgres server to use (empty: MCPSYNC_GATE_DATABASE_URL, or a private one)")
 	fs.String("only", "", "comma-separated sections to run (shuffles,discovery,storm,converge,revocation); the invariants always run")
 	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
-	fs.String("log-level", "error", "log level of the deployment")
+	fs.String("log-level", "warn", "log level of the deployment's component logs")
+	fs.String("log-file", "", "file for the deployment's component logs (empty: a new temporary file, named on the console)")
 	if _, err := parse(fs, args, usage); err != nil {
 		return err
 	}

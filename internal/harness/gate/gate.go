@@ -42,7 +42,7 @@ type Options struct {
 	// Within is the convergence deadline of R28 (default 60 s).
 	Within time.Duration
 	// Only, if set, runs only the sections named (shuffles, discovery, storm, converge,
-	// revocation); the invariants always run.
+	// revocation); the checker self-test and the invariants always run.
 	Only []string
 }
 
@@ -149,8 +149,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	defer st.Stop()
 	g.stack = st
 	var res Result
-	for _, s := range append(append([]section{}, sections...), invariantsSection) {
-		if s.name != invariantsSection.name && !opts.runs(s.name) {
+	// The checker self-test runs first and the invariants last, whatever Only says.
+	all := append(append([]section{selfTestSection}, sections...), invariantsSection)
+	for _, s := range all {
+		if s.name != invariantsSection.name && s.name != selfTestSection.name && !opts.runs(s.name) {
 			continue
 		}
 		t := time.Now()

@@ -33,7 +33,10 @@ var invariantsSection = section{"invariants", func(ctx context.Context, g *run) 
 	}
 	return []Row{
 		zero("R24", "old generation/session overwrote a newer version", rep.VersionRegressions+rep.OldSessionAcceptances+rep.OldGenerationAcceptances, detail),
-		zero("R24", "versions/tombstones/invalidations accepted for non-ACTIVE subscriptions", rep.AcceptedAfterClose+rep.OutboxAfterClose+rep.OrphanOutbox, ""),
+		zero("R24", "versions/tombstones/invalidations accepted for non-ACTIVE subscriptions",
+			rep.NonActiveAcceptances+rep.AcceptedAfterClose+rep.OutboxAfterClose+rep.OrphanOutbox,
+			fmt.Sprintf("any state but ACTIVE: %d before a close fence, %d after it; %d invalidations after it, %d without their version",
+				rep.NonActiveAcceptances, rep.AcceptedAfterClose, rep.OutboxAfterClose, rep.OrphanOutbox)),
 	}, nil
 }}
 
