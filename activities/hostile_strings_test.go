@@ -7,7 +7,6 @@ import (
 
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/activities"
@@ -15,7 +14,6 @@ import (
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 
 // A server whose serverInfo, resource names and MIME types carry NULs and terminal escape
@@ -47,18 +45,7 @@ func TestHostileServerStringsThroughHost(t *testing.T) {
 	if _, _, err := store.GrantAccess(ctx, "p", src.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	h := mcphost.New(mcphost.Options{Store: store, Signaler: nopSignaler{}, Queue: "host-hostile", ClaimInterval: 50 * time.Millisecond,
-		Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))})
-	hctx, hcancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.Run(hctx)
-	}()
-	t.Cleanup(func() {
-		hcancel()
-		<-done
-	})
+	h := runHost(ctx, t, store, "host-hostile", zap.ErrorLevel)
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
 	c, err := h.WaitSession(wctx, src.ID, 0)

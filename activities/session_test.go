@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcpsync/mcpsync/activities"
@@ -119,18 +120,7 @@ func TestSessionActivities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := mcphost.New(mcphost.Options{Store: store, Signaler: nopSignaler{}, Queue: "host-a", ClaimInterval: 50 * time.Millisecond,
-		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
-	hctx, hcancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.Run(hctx)
-	}()
-	t.Cleanup(func() {
-		hcancel()
-		<-done
-	})
+	h := runHost(ctx, t, store, "host-a", zap.WarnLevel)
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
 	c, err := h.WaitSession(wctx, src.ID, 0)
@@ -200,3 +190,22 @@ func TestSessionActivities(t *testing.T) {
 type nopSignaler struct{}
 
 func (nopSignaler) SignalWorkflow(context.Context, string, string, string, any) error { return nil }
+
+// runHost runs a session host on store with the given queue until the test ends, logging at
+// level and above.
+func runHost(ctx context.Context, t *testing.T, store *ledger.Store, queue string, level zapcore.Level) *mcphost.Host {
+	t.Helper()
+	h := mcphost.New(mcphost.Options{Store: store, Signaler: nopSignaler{}, Queue: queue, ClaimInterval: 50 * time.Millisecond,
+		Logger: zaptest.NewLogger(t, zaptest.Level(level))})
+	hctx, hcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.Run(hctx)
+	}()
+	t.Cleanup(func() {
+		hcancel()
+		<-done
+	})
+	return h
+}
