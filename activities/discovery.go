@@ -40,7 +40,7 @@ func (a *Discovery) cursorKey() []byte {
 	a.keyOnce.Do(func() {
 		if a.CursorKey == nil {
 			a.CursorKey = make([]byte, 32)
-			_, _ = rand.Read(a.CursorKey)
+			rand.Read(a.CursorKey) // crypto/rand.Read never returns an error (it crashes instead)
 		}
 	})
 	return a.CursorKey
@@ -88,7 +88,11 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 			activity.RecordHeartbeat(ctx, p)
 			if now := time.Now(); now.Sub(lastWrite) >= progressEvery {
 				lastWrite = now
-				_ = a.Store.RecordScanProgress(ctx, scanID, ledger.ScanProgress(p))
+				// Progress is advisory (the round's end records the totals): a failed write
+				// is logged, and the round goes on.
+				if err := a.Store.RecordScanProgress(ctx, scanID, ledger.ScanProgress(p)); err != nil {
+					activity.GetLogger(ctx).Warn("recording scan progress failed", "scan", scanID, "error", err)
+				}
 			}
 		},
 	})
