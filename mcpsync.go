@@ -200,6 +200,14 @@ const (
 	TombstoneScanTooEarly TombstoneRefusal = "SCAN_BEFORE_READ"
 	// TombstoneResourcePresent: the catalog lists the URI: the resource exists again.
 	TombstoneResourcePresent TombstoneRefusal = "RESOURCE_PRESENT"
+	// TombstoneTemplateURI: the catalog does not list the URI as a resource, but one of its
+	// resource templates can produce it. Such a URI never appears in a list, so the catalog
+	// proves nothing about it; the deletion can only be confirmed by repeated not-found
+	// reads (R21).
+	TombstoneTemplateURI TombstoneRefusal = "TEMPLATE_URI"
+	// TombstoneTooFewReads: a confirmation by repeated not-found reads was asked before the
+	// required number of not-found reads was recorded for the pending read (R21).
+	TombstoneTooFewReads TombstoneRefusal = "TOO_FEW_NOT_FOUND_READS"
 )
 
 // ReceiptKind is the kind of an audit receipt in the ledger. Every outcome of a read
@@ -224,6 +232,10 @@ const (
 	ReceiptTombstoneCleared ReceiptKind = "TOMBSTONE_CLEARED"
 	// ReceiptTombstoneConfirmed: a deletion was confirmed by list reconciliation (R21).
 	ReceiptTombstoneConfirmed ReceiptKind = "TOMBSTONE_CONFIRMED"
+	// ReceiptTombstoneProbeNotFound: a read of a TOMBSTONE_PENDING subscription's URI
+	// answered not-found again; enough of them confirm the deletion of a URI only a resource
+	// template produces (R21).
+	ReceiptTombstoneProbeNotFound ReceiptKind = "TOMBSTONE_PROBE_NOT_FOUND"
 	// ReceiptUnsubscribeUnknown: UNSUBSCRIBING moved to UNSUBSCRIBE_UNKNOWN (R20).
 	ReceiptUnsubscribeUnknown  ReceiptKind = "UNSUBSCRIBE_UNKNOWN"
 	ReceiptCloseFence          ReceiptKind = "CLOSE_FENCE"

@@ -44,6 +44,8 @@ func (a *Ledger) Register(r Registry) {
 		contract.ActAcceptResourceVersion:      a.AcceptResourceVersion,
 		contract.ActRecordNotFound:             a.RecordNotFound,
 		contract.ActSubscriptionState:          a.SubscriptionState,
+		contract.ActRecordTombstoneProbe:       a.RecordTombstoneProbe,
+		contract.ActConfirmTombstoneByReads:    a.ConfirmTombstoneByReads,
 	} {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
@@ -128,6 +130,29 @@ func (a *Ledger) Activate(ctx context.Context, in contract.TransitionInput) (con
 // MarkReconciliationRequired parks a live subscription in RECONCILIATION_REQUIRED.
 func (a *Ledger) MarkReconciliationRequired(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
 	return transition(a.Store.MarkReconciliationRequired(ctx, in.SubscriptionID, in.Generation, in.Reason))
+}
+
+// RecordTombstoneProbe records a repeated not-found read of a TOMBSTONE_PENDING subscription
+// (R21); a refusal is an outcome, not an error.
+func (a *Ledger) RecordTombstoneProbe(ctx context.Context, in contract.TombstoneProbeInput) (contract.TombstoneProbeOutput, error) {
+	r, err := a.Store.RecordTombstoneProbe(ctx, ledger.TombstoneProbeRequest{SubscriptionID: in.SubscriptionID,
+		Generation: in.Generation, SessionGeneration: in.SessionGeneration, RequestID: in.RequestID})
+	if err != nil {
+		return contract.TombstoneProbeOutput{}, permanent(err)
+	}
+	return contract.TombstoneProbeOutput{Outcome: r.Outcome, State: r.State, Probes: r.Probes,
+		Required: ledger.TombstoneProbesRequired}, nil
+}
+
+// ConfirmTombstoneByReads confirms a TOMBSTONE_PENDING subscription's deletion by its
+// recorded not-found probes (R21); a refusal is an outcome, not an error.
+func (a *Ledger) ConfirmTombstoneByReads(ctx context.Context, in contract.ConfirmByReadsInput) (contract.ConfirmTombstoneOutput, error) {
+	r, err := a.Store.ConfirmTombstoneByReads(ctx, ledger.ConfirmByReadsRequest{SubscriptionID: in.SubscriptionID, Generation: in.Generation})
+	if err != nil {
+		return contract.ConfirmTombstoneOutput{}, permanent(err)
+	}
+	return contract.ConfirmTombstoneOutput{Outcome: r.Outcome, Refusal: r.Refusal, State: r.State, ReadOrdinal: r.ReadOrdinal,
+		CloseOrdinal: r.CloseOrdinal, CloseEpoch: r.CloseEpoch, VersionID: r.VersionID}, nil
 }
 
 // RestoreFromTombstone moves TOMBSTONE_PENDING back to ACTIVE.

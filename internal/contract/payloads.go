@@ -55,6 +55,12 @@ type SubscriptionState struct {
 	PendingMark string
 	// NextReason is the reason of the next read (R14); empty means notification.
 	NextReason mcpsync.ReadReason
+	// TombstoneByReadsAt is Counters.NotFound+1 when a catalog refused to confirm the current
+	// not-found read because a resource template produces the URI (R21), 0 otherwise: while
+	// it still equals Counters.NotFound+1, the deletion is confirmed by repeated not-found
+	// reads, not by scans. TombstoneProbes counts those reads so far.
+	TombstoneByReadsAt int64
+	TombstoneProbes    int
 }
 
 // Counters count what a subscription did, so read amplification can be measured (R27).

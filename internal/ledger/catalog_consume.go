@@ -19,6 +19,11 @@ const (
 	// PurposeDisplay: showing or browsing. SNAPSHOT_PROVEN and SNAPSHOT_UNPROVEN are handed
 	// out with their proof level and freshness.
 	PurposeDisplay CatalogPurpose = "display"
+	// PurposeTombstone: a deletion confirmed from a catalog (ConfirmTombstone): the URI's
+	// absence from both rounds, after a not-found read, is a per-URI fact, not a complete
+	// enumeration, so SNAPSHOT_PROVEN and SNAPSHOT_UNPROVEN serve (R7, R21). Recorded only by
+	// ConfirmTombstone, never handed out by ConsumeCatalog.
+	PurposeTombstone CatalogPurpose = "tombstone"
 )
 
 // Valid reports whether p is a known purpose.
@@ -151,6 +156,10 @@ type CatalogGate struct {
 	IntegrityRefused  int64
 	DisplayAccepted   int64
 	DisplayRefused    int64
+	// TombstoneAccepted and TombstoneRefused count the catalogs ConfirmTombstone used to
+	// confirm a deletion and the confirmations it refused (R21, R25).
+	TombstoneAccepted int64
+	TombstoneRefused  int64
 }
 
 // CatalogGateCounts counts catalog consumptions and refusals for the release gate (R25).
@@ -162,9 +171,12 @@ func (s *Store) CatalogGateCounts(ctx context.Context) (CatalogGate, error) {
 			count(*) FILTER (WHERE purpose = 'integrity' AND outcome = 'ACCEPTED'),
 			count(*) FILTER (WHERE purpose = 'integrity' AND outcome = 'REFUSED'),
 			count(*) FILTER (WHERE purpose = 'display' AND outcome = 'ACCEPTED'),
-			count(*) FILTER (WHERE purpose = 'display' AND outcome = 'REFUSED')
+			count(*) FILTER (WHERE purpose = 'display' AND outcome = 'REFUSED'),
+			count(*) FILTER (WHERE purpose = 'tombstone' AND outcome = 'ACCEPTED'),
+			count(*) FILTER (WHERE purpose = 'tombstone' AND outcome = 'REFUSED')
 		FROM catalog_consumptions`).Scan(&g.UnprovenConsumedByIntegrity, &g.UnreconciledAccepted,
-		&g.IntegrityAccepted, &g.IntegrityRefused, &g.DisplayAccepted, &g.DisplayRefused)
+		&g.IntegrityAccepted, &g.IntegrityRefused, &g.DisplayAccepted, &g.DisplayRefused,
+		&g.TombstoneAccepted, &g.TombstoneRefused)
 	if err != nil {
 		return CatalogGate{}, fmt.Errorf("ledger: catalog gate counts: %w", err)
 	}
