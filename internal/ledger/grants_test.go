@@ -437,9 +437,11 @@ func TestReadsRacingRevocation(t *testing.T) {
 	}
 	var revoked atomic.Bool
 	var hits, hitsAfter, denied atomic.Int64
+	const readers = 6
+	var hitsBy [readers]atomic.Int64 // each reader feeds its own index
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	for r := range 6 {
+	for r := range readers {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				select {
@@ -452,6 +454,7 @@ func TestReadsRacingRevocation(t *testing.T) {
 				switch {
 				case err == nil && res.Body != nil:
 					hits.Add(1)
+					hitsBy[r].Add(1)
 					if after {
 						hitsAfter.Add(1)
 					}
@@ -464,9 +467,18 @@ func TestReadsRacingRevocation(t *testing.T) {
 			}
 		})
 	}
-	// Let the readers run until some have hit, then revoke while they keep reading.
+	// Let the readers run until some have hit, and every index holds an entry, then revoke
+	// while they keep reading.
+	everyIndexFed := func() bool {
+		for i := range hitsBy {
+			if hitsBy[i].Load() == 0 {
+				return false
+			}
+		}
+		return true
+	}
 	deadline := time.Now().Add(30 * time.Second)
-	for hits.Load() < 50 && time.Now().Before(deadline) {
+	for (hits.Load() < 50 || !everyIndexFed()) && time.Now().Before(deadline) {
 		if _, err := w.st.Grants(w.ctx, "alice"); err != nil { // a ledger round trip per check
 			t.Fatal(err)
 		}
@@ -507,8 +519,8 @@ func TestReadsRacingRevocation(t *testing.T) {
 	for _, ix := range rv.Indexes {
 		total += ix.Entries
 	}
-	if total != len(stamped) || len(rv.Indexes) != 6 {
-		t.Errorf("revocation traced %d entries over %d indexes; %d entries are stamped with it (want equal, 6 indexes)", total, len(rv.Indexes), len(stamped))
+	if total != len(stamped) || len(rv.Indexes) != readers {
+		t.Errorf("revocation traced %d entries over %d indexes; %d entries are stamped with it (want equal, %d indexes)", total, len(rv.Indexes), len(stamped), readers)
 	}
 	t.Logf("%d hits before the revocation, %d denials", hits.Load(), denied.Load())
 }
