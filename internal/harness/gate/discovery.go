@@ -101,9 +101,10 @@ func discovery(ctx context.Context, g *run) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	detail := fmt.Sprintf("%d fault scenarios; catalogs proven %d, unproven %d, reconciliation required %d; integrity accepted %d, refused %d; display accepted %d, refused %d",
+	detail := fmt.Sprintf("%d fault scenarios; catalogs proven %d, unproven %d, reconciliation required %d; integrity accepted %d, refused %d; display accepted %d, refused %d; tombstone confirmations from catalogs %d, refused %d",
 		len(discoveryScenarios), levels[ledger.ProofSnapshotProven], levels[ledger.ProofSnapshotUnproven], levels[ledger.ProofReconciliationRequired],
-		counts.IntegrityAccepted, counts.IntegrityRefused, counts.DisplayAccepted, counts.DisplayRefused)
+		counts.IntegrityAccepted, counts.IntegrityRefused, counts.DisplayAccepted, counts.DisplayRefused,
+		counts.TombstoneAccepted, counts.TombstoneRefused)
 	return []Row{
 		zero("R25", "unreconciled catalogs accepted", int(counts.UnreconciledAccepted), detail),
 		zero("R25", "SNAPSHOT_UNPROVEN consumed by integrity tasks", int(counts.UnprovenConsumedByIntegrity), ""),
