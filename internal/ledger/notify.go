@@ -107,7 +107,7 @@ func (s *Store) AuditMalformedNotification(ctx context.Context, sourceID, sessio
 		VALUES ($1, $2, $3, $4, $5, jsonb_build_object('seq', $6::bigint, 'problem', $7::text))
 		ON CONFLICT (idem_key) DO NOTHING`,
 		fmt.Sprintf(auditNotificationRecordedFmt, sourceID, sessionGen, seq), mcpsync.ReceiptNotificationMalformedURI,
-		sourceID, sessionGen, serverURI, seq, problem)
+		sourceID, sessionGen, SafeText(serverURI), seq, SafeText(problem))
 	if err != nil {
 		return "", fmt.Errorf("ledger: audit malformed notification: %w", err)
 	}

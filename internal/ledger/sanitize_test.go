@@ -177,3 +177,41 @@ func TestHostileServerStrings(t *testing.T) {
 		t.Fatalf("close session with hostile reason: %v %v", out, err)
 	}
 }
+
+// Reasons and audit texts can carry a server's words (an error message, a URI it sent): a NUL
+// or invalid UTF-8 in them must not make the transition fail on every retry.
+func TestHostileReasonsAndAudits(t *testing.T) {
+	const hostile = "server said \x00 and \xff\xfe"
+	want := "server said \\u0000 and \\xFF\\xFE"
+	t.Run("malformed notification audit", func(t *testing.T) {
+		f := newFixture(t)
+		kind, err := f.st.AuditMalformedNotification(f.ctx, f.src.ID, f.sess.Generation, 1, "demo://\x00bad", hostile)
+		if err != nil || kind != mcpsync.ReceiptNotificationMalformedURI {
+			t.Fatalf("AuditMalformedNotification = %q, %v", kind, err)
+		}
+	})
+	t.Run("reconciliation required", func(t *testing.T) {
+		f := newFixture(t)
+		r, err := f.st.MarkReconciliationRequired(f.ctx, f.sub.ID, f.sub.Generation, hostile)
+		if err != nil || r.Outcome != mcpsync.OutcomeTransitioned {
+			t.Fatalf("MarkReconciliationRequired = %+v, %v", r, err)
+		}
+		if got := f.refresh().StateReason; got != want {
+			t.Errorf("stored reason %q, want %q", got, want)
+		}
+	})
+	t.Run("unsubscribe", func(t *testing.T) {
+		f := newFixture(t)
+		c, err := f.st.BeginUnsubscribe(f.ctx, f.sub.ID, f.sub.Generation, hostile)
+		if err != nil || !c.Outcome.OK() {
+			t.Fatalf("BeginUnsubscribe = %+v, %v", c, err)
+		}
+		r, err := f.st.MarkUnsubscribeUnknown(f.ctx, f.sub.ID, f.sub.Generation, c.CloseEpoch, hostile)
+		if err != nil || !r.Outcome.OK() {
+			t.Fatalf("MarkUnsubscribeUnknown = %+v, %v", r, err)
+		}
+		if got := f.refresh().StateReason; got != want {
+			t.Errorf("stored reason %q, want %q", got, want)
+		}
+	})
+}

@@ -293,7 +293,7 @@ func (s *Store) MarkReconciliationRequired(ctx context.Context, id, gen int64, r
 	return s.transition(ctx, mcpsync.ReceiptReconciliationRequired, id, gen, 0, mcpsync.StateReconciliationRequired, "", `
 		UPDATE subscriptions s SET state = 'RECONCILIATION_REQUIRED', state_reason = $3, updated_at = now()
 		WHERE s.id = $1 AND s.generation = $2
-		  AND s.state IN ('DISCOVERED', 'SUBSCRIBING', 'ACTIVE', 'TOMBSTONE_PENDING')`, id, gen, reason)
+		  AND s.state IN ('DISCOVERED', 'SUBSCRIBING', 'ACTIVE', 'TOMBSTONE_PENDING')`, id, gen, SafeText(reason))
 }
 
 // RestoreFromTombstone moves TOMBSTONE_PENDING back to ACTIVE when list reconciliation found

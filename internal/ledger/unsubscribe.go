@@ -52,6 +52,7 @@ func retryOnConflict[T any](once func() (T, error)) (T, error) {
 // once under the same key, except for a generation the ledger never issued, which is refused
 // without a record so that it cannot pre-empt that generation's real close.
 func (s *Store) BeginUnsubscribe(ctx context.Context, id, gen int64, reason string) (CloseResult, error) {
+	reason = SafeText(reason) // it may carry a server's words
 	res, err := retryOnConflict(func() (CloseResult, error) { return s.beginUnsubscribeOnce(ctx, id, gen, reason) })
 	if err != nil {
 		return CloseResult{}, fmt.Errorf("ledger: begin unsubscribe %d: %w", id, err)
@@ -194,7 +195,7 @@ func (s *Store) MarkUnsubscribeUnknown(ctx context.Context, id, gen, closeEpoch 
 	return s.closingTransition(ctx, mcpsync.ReceiptUnsubscribeUnknown, unknownKey(id, gen, closeEpoch), id, gen, closeEpoch, mcpsync.StateUnsubscribeUnknown, `
 		UPDATE subscriptions s SET state = 'UNSUBSCRIBE_UNKNOWN', state_reason = $5, updated_at = now()
 		WHERE s.id = $1 AND s.generation = $2 AND s.close_epoch = $3 AND s.state = 'UNSUBSCRIBING'
-		  AND NOT EXISTS (SELECT 1 FROM receipts WHERE idem_key = $4)`, reason)
+		  AND NOT EXISTS (SELECT 1 FROM receipts WHERE idem_key = $4)`, SafeText(reason))
 }
 
 // closingTransition runs a keyed transition after the close fence: update (alias s; params
