@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -147,38 +148,23 @@ func (s *Store) ConfirmTombstone(ctx context.Context, req ConfirmTombstoneReques
 func (s *Store) refuseTombstone(ctx context.Context, req ConfirmTombstoneRequest) (TombstoneResult, error) {
 	var res TombstoneResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var sourceID, gen, sgen, accepted int64
-		var uri string
-		var closeOrd *int64
-		if err := tx.QueryRow(ctx, `SELECT source_id, state, generation, session_generation,
-				last_accepted_ordinal, uri, close_ordinal, close_epoch
-			FROM subscriptions WHERE id = $1`, req.SubscriptionID).Scan(&sourceID, &res.State, &gen, &sgen,
-			&accepted, &uri, &closeOrd, &res.CloseEpoch); err != nil {
-			return notFound(err, fmt.Sprintf("subscription %d", req.SubscriptionID))
-		}
-		if closeOrd != nil {
-			res.CloseOrdinal = *closeOrd
-		}
-		var confirmed bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM receipts WHERE idem_key = $1)`, req.idemKey()).Scan(&confirmed); err != nil {
+		sub, done, err := beginTombstoneRefusal(ctx, tx, req.SubscriptionID, req.idemKey(), &res)
+		if err != nil || done {
 			return err
 		}
-		if confirmed {
-			res.Outcome = mcpsync.OutcomeAlreadyDone
-			return tx.QueryRow(ctx, `SELECT r.read_ordinal, v.id FROM receipts r
-				JOIN resource_versions v ON v.subscription_id = r.subscription_id AND v.read_ordinal = r.read_ordinal
-				WHERE r.idem_key = $1`, req.idemKey()).Scan(&res.ReadOrdinal, &res.VersionID)
-		}
-		res.Outcome, res.ReadOrdinal = mcpsync.OutcomeRefused, accepted
+		sourceID, gen, sgen, accepted, uri := sub.sourceID, sub.gen, sub.sgen, sub.accepted, sub.uri
 		var issuedAt, started *time.Time
 		var readSession *int64
-		_ = tx.QueryRow(ctx, `SELECT issued_at, session_generation FROM read_dispatches
+		// No pending not-found dispatch leaves both nil: the subscription is not pending.
+		if err := tx.QueryRow(ctx, `SELECT issued_at, session_generation FROM read_dispatches
 			WHERE subscription_id = $1 AND ordinal = $2 AND outcome = 'TOMBSTONE_PENDING'`,
-			req.SubscriptionID, accepted).Scan(&issuedAt, &readSession)
+			req.SubscriptionID, accepted).Scan(&issuedAt, &readSession); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
 		var catSource, catSession int64
 		var level string
 		var invalidated, listed, template bool
-		err := tx.QueryRow(ctx, `SELECT c.source_id, c.session_generation, c.proof_level,
+		err = tx.QueryRow(ctx, `SELECT c.source_id, c.session_generation, c.proof_level,
 				c.invalidated_at IS NOT NULL, c.scans_started_at,
 				EXISTS (SELECT 1 FROM catalog_entry_batches e WHERE e.scan_id = c.entries_scan_id
 				        AND e.kind = 'resource' AND s.uri = ANY (coalesce(e.uris, e.server_uris))),
@@ -436,29 +422,11 @@ const probeCount = `(SELECT count(*) FROM receipts r WHERE r.subscription_id = s
 func (s *Store) refuseTombstoneByReads(ctx context.Context, req ConfirmByReadsRequest) (TombstoneResult, error) {
 	var res TombstoneResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var sourceID, gen, sgen, accepted int64
-		var uri string
-		var closeOrd *int64
-		if err := tx.QueryRow(ctx, `SELECT source_id, state, generation, session_generation,
-				last_accepted_ordinal, uri, close_ordinal, close_epoch
-			FROM subscriptions WHERE id = $1`, req.SubscriptionID).Scan(&sourceID, &res.State, &gen, &sgen,
-			&accepted, &uri, &closeOrd, &res.CloseEpoch); err != nil {
-			return notFound(err, fmt.Sprintf("subscription %d", req.SubscriptionID))
-		}
-		if closeOrd != nil {
-			res.CloseOrdinal = *closeOrd
-		}
-		var confirmed bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM receipts WHERE idem_key = $1)`, req.idemKey()).Scan(&confirmed); err != nil {
+		sub, done, err := beginTombstoneRefusal(ctx, tx, req.SubscriptionID, req.idemKey(), &res)
+		if err != nil || done {
 			return err
 		}
-		if confirmed {
-			res.Outcome = mcpsync.OutcomeAlreadyDone
-			return tx.QueryRow(ctx, `SELECT r.read_ordinal, v.id FROM receipts r
-				JOIN resource_versions v ON v.subscription_id = r.subscription_id AND v.read_ordinal = r.read_ordinal
-				WHERE r.idem_key = $1`, req.idemKey()).Scan(&res.ReadOrdinal, &res.VersionID)
-		}
-		res.Outcome, res.ReadOrdinal = mcpsync.OutcomeRefused, accepted
+		sourceID, gen, sgen, accepted, uri := sub.sourceID, sub.gen, sub.sgen, sub.accepted, sub.uri
 		var pending bool
 		var probes int64
 		if err := tx.QueryRow(ctx, `SELECT true, `+probeCount+`
@@ -475,7 +443,7 @@ func (s *Store) refuseTombstoneByReads(ctx context.Context, req ConfirmByReadsRe
 		default:
 			res.Refusal = mcpsync.TombstoneTooFewReads
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
+		_, err = tx.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
 				session_generation, read_ordinal, uri, detail)
 			VALUES ($1, 'TOMBSTONE_REFUSED', $2, $3, $4, $5, $6, $7,
 			        jsonb_build_object('reason', 'repeated_not_found', 'refusal', $8::text, 'state', $9::text,
@@ -487,4 +455,40 @@ func (s *Store) refuseTombstoneByReads(ctx context.Context, req ConfirmByReadsRe
 		return err
 	})
 	return res, err
+}
+
+// refusalSubject is the subscription row a tombstone refusal is labelled from, as the refusing
+// transaction reads it.
+type refusalSubject struct {
+	sourceID, gen, sgen, accepted int64
+	uri                           string
+}
+
+// beginTombstoneRefusal reads subscription id for a refused confirmation into res (state, close
+// ordinal and epoch). When the request under key already confirmed the deletion, res is
+// AlreadyDone with the confirmed ordinal and version and done is true: there is nothing to
+// label. Otherwise res is Refused at the accepted ordinal, for the caller to label.
+func beginTombstoneRefusal(ctx context.Context, tx pgx.Tx, id int64, key string, res *TombstoneResult) (sub refusalSubject, done bool, err error) {
+	var closeOrd *int64
+	if err := tx.QueryRow(ctx, `SELECT source_id, state, generation, session_generation,
+			last_accepted_ordinal, uri, close_ordinal, close_epoch
+		FROM subscriptions WHERE id = $1`, id).Scan(&sub.sourceID, &res.State, &sub.gen, &sub.sgen,
+		&sub.accepted, &sub.uri, &closeOrd, &res.CloseEpoch); err != nil {
+		return sub, false, notFound(err, fmt.Sprintf("subscription %d", id))
+	}
+	if closeOrd != nil {
+		res.CloseOrdinal = *closeOrd
+	}
+	var confirmed bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM receipts WHERE idem_key = $1)`, key).Scan(&confirmed); err != nil {
+		return sub, false, err
+	}
+	if confirmed {
+		res.Outcome = mcpsync.OutcomeAlreadyDone
+		return sub, true, tx.QueryRow(ctx, `SELECT r.read_ordinal, v.id FROM receipts r
+			JOIN resource_versions v ON v.subscription_id = r.subscription_id AND v.read_ordinal = r.read_ordinal
+			WHERE r.idem_key = $1`, key).Scan(&res.ReadOrdinal, &res.VersionID)
+	}
+	res.Outcome, res.ReadOrdinal = mcpsync.OutcomeRefused, sub.accepted
+	return sub, false, nil
 }
