@@ -67,7 +67,8 @@ func shuffles(ctx context.Context, g *run) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	detail := fmt.Sprintf("%d interleavings, %d ledger calls in %s, seed %d", rep.Interleavings, rep.Operations, rep.Elapsed.Round(time.Second), rep.Seed)
+	detail := fmt.Sprintf("%d interleavings, %d ledger calls in %s, seed %d; driven: %s", rep.Interleavings, rep.Operations,
+		rep.Elapsed.Round(time.Second), rep.Seed, rep.Driven())
 	if len(rep.Examples) > 0 {
 		detail += "; first violation: " + rep.Examples[0].Detail
 	}
@@ -78,9 +79,12 @@ func shuffles(ctx context.Context, g *run) ([]Row, error) {
 		zero("R26", "late tombstones", rep.LateTombstones, ""),
 		zero("R26", "outbox rows after CLOSED", rep.OutboxAfterClose+rep.VersionsAfterClose, ""),
 		zero("R26", "non-ACTIVE acceptances", rep.NonActiveAcceptances+rep.AllocationsAfterClose, ""),
+		zero("R23", "shuffles: versions accepted after revocation committed", rep.AcceptedAfterRevocation,
+			fmt.Sprintf("%d revocations with reads in flight (of %d)", rep.RevocationsWithReadsInFlight, rep.Revocations)),
 		zero("R26", "every other shuffle invariant (receipts, bindings, linearizability, errors)",
 			rep.Violations()-(rep.VersionRegressions+rep.OldGenerationAcceptances+rep.OldSessionAcceptances+
-				rep.LateTombstones+rep.OutboxAfterClose+rep.VersionsAfterClose+rep.NonActiveAcceptances+rep.AllocationsAfterClose), ""),
+				rep.LateTombstones+rep.OutboxAfterClose+rep.VersionsAfterClose+rep.NonActiveAcceptances+rep.AllocationsAfterClose+
+				rep.AcceptedAfterRevocation), ""),
 	}
 	return rows, nil
 }

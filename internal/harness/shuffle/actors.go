@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/ledger"
@@ -28,22 +29,24 @@ func (iv *interleaving) pulser(rng *rand.Rand) {
 		seq := iv.notifySeq
 		iv.mu.Unlock()
 		if rng.IntN(2) == 0 {
-			_, _, err := iv.st.RecordNotification(iv.ctx, ledger.Notification{SourceID: iv.srcID, SessionGeneration: srcGen,
-				Seq: seq, URI: iv.uri, ServerURI: iv.uri})
-			iv.mu.Lock()
-			iv.ops++
-			if err != nil && !errors.Is(err, context.Canceled) {
-				iv.errs = append(iv.errs, fmt.Errorf("record notification: %w", err))
+			iv.notify(srcGen, seq)
+			if rng.IntN(3) == 0 {
+				iv.notify(srcGen, seq) // the commit reply was lost: the host retries (R12)
+				iv.mu.Lock()
+				iv.counts.notificationRetries++
+				iv.mu.Unlock()
 			}
-			iv.mu.Unlock()
 		}
 		if sgen > 1 && rng.IntN(10) == 0 {
 			sgen-- // a dispatch from a session that is already gone
 		}
+		if rng.IntN(8) == 0 {
+			iv.allocate(clientPulser, gen, sgen, fmt.Sprintf("p%d-wrong-uri", i), true, true)
+		}
 		req := fmt.Sprintf("p%d", i)
-		iv.allocate(clientPulser, gen, sgen, req, true)
+		iv.allocate(clientPulser, gen, sgen, req, true, false)
 		if rng.IntN(5) == 0 {
-			iv.allocate(clientPulser, gen, sgen, req, false) // the activity retried
+			iv.allocate(clientPulser, gen, sgen, req, false, false) // the activity retried
 		}
 	}
 }
@@ -80,6 +83,13 @@ func (iv *interleaving) reader(rng *rand.Rand, client int) {
 			iv.pending = append(iv.pending[:k], iv.pending[k+1:]...)
 			a.notFound = rng.IntN(8) == 0
 			a.body = bodies[rng.IntN(len(bodies))]
+			if rng.IntN(8) == 0 {
+				// First an answer naming another resource: NOT_DISPATCHED, and the
+				// dispatch stays open for the right one.
+				iv.mu.Unlock()
+				iv.answer(client, answer{d: a.d, body: "wrong uri", wrongURI: true})
+				iv.mu.Lock()
+			}
 			if rng.IntN(4) == 0 {
 				slow = append(slow, a)
 				iv.mu.Unlock()
@@ -171,7 +181,9 @@ func (iv *interleaving) keeper(rng *rand.Rand) {
 		case mcpsync.StateSubscribing:
 			iv.establish(rng, gen, sgen)
 		case mcpsync.StateTombstonePending:
-			if rng.IntN(2) == 0 {
+			if k := rng.IntN(3); k == 0 {
+				iv.confirmTombstone(sub)
+			} else if k == 1 {
 				iv.transition(clientKeeper, opInput{kind: opRestore, gen: gen, sgen: sgen}, func() (ledger.TransitionResult, error) {
 					return iv.st.RestoreFromTombstone(iv.ctx, iv.subID, gen, sgen)
 				})
@@ -187,6 +199,19 @@ func (iv *interleaving) keeper(rng *rand.Rand) {
 					return iv.st.MarkReconciliationRequired(iv.ctx, iv.subID, gen, "shuffle")
 				})
 				iv.establish(rng, gen, srcGen)
+			default:
+				// List reconciliation: once a not-found read was accepted (or no more reads
+				// are coming), confirm the tombstone while other answers may still race.
+				iv.mu.Lock()
+				for !iv.tombstonePending && !iv.pulserDone {
+					iv.cond.Wait()
+				}
+				iv.mu.Unlock()
+				if now, err := iv.st.SubscriptionByID(iv.ctx, iv.subID); err == nil && now.State == mcpsync.StateTombstonePending {
+					iv.confirmTombstone(now)
+				} else if err != nil {
+					iv.fail(err)
+				}
 			}
 		case mcpsync.StateUnsubscribing, mcpsync.StateUnsubscribeUnknown:
 			iv.finishUnsubscribe(rng, gen, sub.CloseEpoch)
@@ -194,6 +219,14 @@ func (iv *interleaving) keeper(rng *rand.Rand) {
 			call := iv.now()
 			s, err := iv.st.EnsureSubscription(iv.ctx, ledger.EnsureSpec{Principal: "shuffle", SourceID: iv.srcID,
 				URI: iv.uri, ServerURI: iv.uri, WorkflowID: sub.WorkflowID})
+			var grant *ledger.GrantError
+			if errors.As(err, &grant) || (err == nil && s.State == mcpsync.StateClosed) {
+				// The ledger can also return the row still CLOSED without an error when the
+				// grant comes back between its fenced reopen and its grant check.
+				// Revoked: the ledger refuses to open a new generation (R23).
+				iv.record(clientKeeper, opInput{kind: opEnsure}, opOutput{outcome: mcpsync.OutcomeRevoked}, call, nil)
+				continue
+			}
 			iv.record(clientKeeper, opInput{kind: opEnsure}, opOutput{outcome: mcpsync.OutcomeTransitioned, gen: s.Generation}, call, err)
 			if err == nil {
 				iv.mu.Lock()
@@ -268,4 +301,121 @@ func (iv *interleaving) finishUnsubscribe(rng *rand.Rand, gen, epoch int64) {
 	if rng.IntN(4) == 0 {
 		complete() // the activity retried
 	}
+}
+
+// confirmTombstone confirms the pending tombstone of sub as list reconciliation does: two
+// complete rounds on the subscription's session that do not list its URI (and no template),
+// published as a SNAPSHOT_UNPROVEN catalog, then ConfirmTombstone naming it. A session change
+// before the catalog is published leaves no catalog, and nothing to confirm.
+func (iv *interleaving) confirmTombstone(sub ledger.Subscription) {
+	run := fmt.Sprintf("shuffle/%d/%d/%d", iv.subID, sub.Generation, sub.LastIssuedOrdinal)
+	var basis []int64
+	for round := 1; round <= 2; round++ {
+		id, _, err := iv.st.BeginScan(iv.ctx, ledger.ScanStart{Key: fmt.Sprintf("%s/%d", run, round), Run: run, ScanWorkflowID: run,
+			Round: round, SourceID: iv.srcID, SessionGeneration: sub.SessionGeneration, HostQueue: iv.host})
+		if err == nil {
+			other := "shuffle://other"
+			_, err = iv.st.EndScan(iv.ctx, ledger.ScanEnd{ScanID: id, SetDigest: "sha256:" + other,
+				Progress:              ledger.ScanProgress{ResourcePages: 1, TemplatePages: 1, Resources: 1},
+				ResourceCursorDigests: []string{"c1"}},
+				[]ledger.ScanEntry{{Kind: ledger.EntryResource, URI: other, ServerURI: other, Name: "other"}})
+		}
+		iv.mu.Lock()
+		iv.ops++
+		iv.mu.Unlock()
+		if errors.Is(err, ledger.ErrStaleScan) {
+			return // the session changed under the scan
+		}
+		if err != nil {
+			iv.fail(fmt.Errorf("catalog round %d: %w", round, err))
+			return
+		}
+		basis = append(basis, id)
+	}
+	c, err := iv.st.PublishCatalog(iv.ctx, ledger.PublishRequest{Key: run, ScanWorkflowID: run, SourceID: iv.srcID,
+		SessionGeneration: sub.SessionGeneration, Level: ledger.ProofSnapshotUnproven, Reason: "shuffle", RoundsUsed: 2,
+		BasisScanIDs: basis, Recheck: time.Minute})
+	iv.mu.Lock()
+	iv.ops++
+	iv.mu.Unlock()
+	if errors.Is(err, ledger.ErrProofRefused) {
+		return // the session changed between the rounds
+	}
+	if err != nil {
+		iv.fail(fmt.Errorf("publish catalog: %w", err))
+		return
+	}
+	in := opInput{kind: opConfirmTombstone, gen: sub.Generation, sgen: sub.SessionGeneration, ord: sub.LastIssuedOrdinal}
+	call := iv.now()
+	r, err := iv.st.ConfirmTombstone(iv.ctx, ledger.ConfirmTombstoneRequest{SubscriptionID: iv.subID, Generation: sub.Generation, CatalogID: c.ID})
+	iv.record(clientKeeper, in, opOutput{outcome: r.Outcome}, call, err)
+	iv.mu.Lock()
+	iv.counts.confirms++
+	iv.mu.Unlock()
+}
+
+// revoker revokes the principal's grant while reads are in flight — once a dispatch is issued
+// and not yet answered, if one comes before the pulser is done — and sometimes grants it again
+// later. It notes the receipts committed before the revocation returned and before the grant
+// was asked for: an acceptance between the two committed after the revocation (R23, R24).
+func (iv *interleaving) revoker(rng *rand.Rand) {
+	iv.mu.Lock()
+	for len(iv.pending) == 0 && !iv.pulserDone {
+		iv.cond.Wait()
+	}
+	inFlight := len(iv.pending) > 0
+	iv.mu.Unlock()
+	if iv.ctx.Err() != nil {
+		return
+	}
+	if rng.IntN(4) == 0 {
+		iv.grant() // a grant that already stands: nothing changes
+	}
+	call := iv.now()
+	_, err := iv.st.Revoke(iv.ctx, ledger.RevokeRequest{Principal: "shuffle", SourceID: iv.srcID, Reason: "shuffle"})
+	iv.record(clientRevoker, opInput{kind: opRevoke}, opOutput{outcome: mcpsync.OutcomeTransitioned}, call, err)
+	if err != nil {
+		return
+	}
+	w := revocationWindow{}
+	if w.after, err = iv.lastReceipt(); err != nil {
+		iv.fail(err)
+		return
+	}
+	iv.mu.Lock()
+	iv.counts.revocations++
+	if inFlight {
+		iv.counts.revocationsInFlight++
+	}
+	iv.mu.Unlock()
+	if rng.IntN(2) == 0 {
+		iv.mu.Lock()
+		for len(iv.answered) < 2 && !iv.pulserDone {
+			iv.cond.Wait()
+		}
+		iv.mu.Unlock()
+		if w.before, err = iv.lastReceipt(); err != nil {
+			iv.fail(err)
+			return
+		}
+		iv.grant()
+	}
+	iv.mu.Lock()
+	iv.revocations = append(iv.revocations, w)
+	iv.mu.Unlock()
+}
+
+func (iv *interleaving) grant() {
+	call := iv.now()
+	_, _, err := iv.st.GrantAccess(iv.ctx, "shuffle", iv.srcID, "shuffle harness")
+	iv.record(clientRevoker, opInput{kind: opGrant}, opOutput{outcome: mcpsync.OutcomeTransitioned}, call, err)
+}
+
+// lastReceipt is the newest receipt id committed now, in any subscription.
+func (iv *interleaving) lastReceipt() (int64, error) {
+	var id int64
+	if err := iv.pool.QueryRow(iv.ctx, `SELECT coalesce(max(id), 0) FROM receipts`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("newest receipt: %w", err)
+	}
+	return id, nil
 }

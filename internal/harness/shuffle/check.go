@@ -162,6 +162,7 @@ func (iv *interleaving) check() ([]Violation, error) {
 		gen, sgen           int64
 		issued, wm          int64
 		lastAcceptReceiptID int64
+		tombstoneFence      int64               // the TOMBSTONE_CONFIRMED receipt whose CLOSE_FENCE receipt is still to come
 		acceptedAt          = map[int64]int64{} // ordinal -> receipt id of its acceptance
 		outboxReceipt       = map[int64]int64{} // outbox id -> receipt id of the acceptance that wrote it
 	)
@@ -183,6 +184,10 @@ func (iv *interleaving) check() ([]Violation, error) {
 		case mcpsync.ReceiptReconciliationRequired, mcpsync.ReceiptSessionChanged:
 			state = mcpsync.StateReconciliationRequired
 		case mcpsync.ReceiptCloseFence:
+			if f, ok := fences[rg]; ok && tombstoneFence == f.receiptID && state == mcpsync.StateUnsubscribing && ro == f.ord {
+				tombstoneFence = 0 // the close fence ConfirmTombstone writes with its confirmation
+				continue
+			}
 			if state.Closing() || rg != gen {
 				bad(kindStateMismatch, "close fence of generation %d from %s generation %d (receipt %d)", rg, state, gen, r.id)
 			}
@@ -199,6 +204,7 @@ func (iv *interleaving) check() ([]Violation, error) {
 			}
 			state = mcpsync.StateUnsubscribing
 			fences[rg] = fence{receiptID: r.id, ord: i64(r.closeOrd)}
+			tombstoneFence = r.id
 			if r.outbox != nil {
 				outboxReceipt[*r.outbox] = r.id
 			}
@@ -246,6 +252,27 @@ func (iv *interleaving) check() ([]Violation, error) {
 			acceptedAt[ro] = r.id
 			if r.outbox != nil {
 				outboxReceipt[*r.outbox] = r.id
+			}
+		}
+	}
+	// Revocation (R23, R24): no acceptance commits after a revocation committed, until the
+	// grant is asked for again. The windows come from receipt ids the harness read right after
+	// Revoke returned and right before GrantAccess was called.
+	iv.mu.Lock()
+	windows := append([]revocationWindow(nil), iv.revocations...)
+	iv.mu.Unlock()
+	for _, r := range recs {
+		switch r.kind {
+		case mcpsync.ReceiptKind(mcpsync.OutcomeAccepted), mcpsync.ReceiptKind(mcpsync.OutcomeRevalidated), mcpsync.ReceiptKind(mcpsync.OutcomeTombstonePending):
+		default:
+			continue
+		}
+		if str(r.key) == "" {
+			continue
+		}
+		for _, w := range windows {
+			if r.id > w.after && (w.before == 0 || r.id <= w.before) {
+				bad(kindAfterRevocation, "%s of ordinal %d committed after the revocation (receipt %d > %d, grant asked again after %d)", r.kind, i64(r.ord), r.id, w.after, w.before)
 			}
 		}
 	}

@@ -18,9 +18,26 @@ import (
 // result is what one interleaving contributes to the report.
 type result struct {
 	ops        int64
+	counts     opCounts
 	outcomes   map[string]int64
 	violations []Violation
 }
+
+// opCounts says how often the interleaving drove the calls whose checks would otherwise be
+// vacuous.
+type opCounts struct {
+	confirms            int64 // ConfirmTombstone calls (after a not-found read)
+	revocations         int64 // committed revocations
+	revocationsInFlight int64 // of which with a dispatch issued and not yet answered
+	uriMismatches       int64 // allocations and answers naming another URI
+	notifications       int64 // RecordNotification calls, retries included
+	notificationRetries int64 // of which retries of the same notification
+}
+
+// revocationWindow brackets the receipts committed while the grant was revoked: every receipt
+// with an id above after was committed after the revocation committed, and every receipt with
+// an id up to before (0: no re-grant) was committed before the grant was asked for again.
+type revocationWindow struct{ after, before int64 }
 
 // Client ids of the goroutines of one interleaving (porcupine shows them as lanes).
 const (
@@ -29,6 +46,7 @@ const (
 	clientReader2
 	clientChurner
 	clientKeeper
+	clientRevoker
 )
 
 // dispatch is a read ordinal the harness was issued, with the identity it was issued under.
@@ -43,6 +61,7 @@ type answer struct {
 	d        dispatch
 	notFound bool
 	body     string
+	wrongURI bool // names a URI the subscription is not for
 }
 
 // interleaving is the shared state of the goroutines driving one subscription.
@@ -62,19 +81,22 @@ type interleaving struct {
 	cond *sync.Cond
 	// view is what the harness last learnt; goroutines act on it while others change it, so
 	// calls naturally carry stale generations.
-	subGen, subSgen int64 // the subscription's generation and the session it is bound to
-	srcGen          int64 // the source's newest session generation
-	notifySeq       int64
-	pending         []dispatch // issued, not yet answered by the harness
-	answered        []answer   // answered at least once: material for retries and duplicates
-	pulserDone      bool
-	churnerDone     bool
-	lifecycleLeft   int // keeper and churner still running
-	history         []porcupine.Operation
-	keys            []string // idempotency keys of every answer and allocation made
-	ops             int64
-	outcomes        map[string]int64
-	errs            []error
+	subGen, subSgen  int64 // the subscription's generation and the session it is bound to
+	srcGen           int64 // the source's newest session generation
+	notifySeq        int64
+	pending          []dispatch // issued, not yet answered by the harness
+	answered         []answer   // answered at least once: material for retries and duplicates
+	pulserDone       bool
+	tombstonePending bool // a not-found read was accepted
+	churnerDone      bool
+	lifecycleLeft    int // keeper and churner still running
+	history          []porcupine.Operation
+	keys             []string // idempotency keys of every answer and allocation made
+	ops              int64
+	counts           opCounts
+	revocations      []revocationWindow
+	outcomes         map[string]int64
+	errs             []error
 }
 
 // runInterleaving sets up interleaving i, runs its goroutines to completion and checks it.
@@ -115,6 +137,9 @@ func runInterleaving(ctx context.Context, st *ledger.Store, pool *pgxpool.Pool, 
 	if rng(99).IntN(2) == 0 {
 		actors = append(actors, func() { iv.reader(rng(clientReader2), clientReader2) })
 	}
+	if rng(98).IntN(2) == 0 {
+		actors = append(actors, func() { iv.revoker(rng(clientRevoker)) })
+	}
 	var wg sync.WaitGroup
 	for _, a := range actors {
 		wg.Add(1)
@@ -124,7 +149,7 @@ func runInterleaving(ctx context.Context, st *ledger.Store, pool *pgxpool.Pool, 
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}
-	res := result{ops: iv.ops, outcomes: iv.outcomes}
+	res := result{ops: iv.ops, counts: iv.counts, outcomes: iv.outcomes}
 	for _, err := range iv.errs {
 		res.violations = append(res.violations, iv.violation(kindError, err.Error()))
 	}
@@ -207,17 +232,56 @@ func (iv *interleaving) record(client int, in opInput, out opOutput, call int64,
 	iv.history = append(iv.history, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret})
 }
 
+// fail reports a call of the harness's own fixtures that failed.
+func (iv *interleaving) fail(err error) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	if !errors.Is(err, context.Canceled) {
+		iv.errs = append(iv.errs, err)
+	}
+}
+
+// uriOf is the URI a call names: the subscription's, or another one.
+func (iv *interleaving) uriOf(wrong bool) string {
+	if wrong {
+		return iv.uri + "/other"
+	}
+	return iv.uri
+}
+
+// notify records notification seq of session sgen, as the session host does, and records the
+// targets it was routed to.
+func (iv *interleaving) notify(sgen, seq int64) {
+	call := iv.now()
+	targets, audit, err := iv.st.RecordNotification(iv.ctx, ledger.Notification{SourceID: iv.srcID, SessionGeneration: sgen,
+		Seq: seq, URI: iv.uri, ServerURI: iv.uri})
+	out := opOutput{outcome: mcpsync.Outcome(audit), targets: len(targets)}
+	if len(targets) > 0 {
+		out.outcome, out.gen = "ROUTED", targets[0].Generation
+		if targets[0].SubscriptionID != iv.subID {
+			out.targets = -1 // routed to another subscription: no model explains it
+		}
+	}
+	iv.record(clientPulser, opInput{kind: opNotify, sgen: sgen, seq: seq}, out, call, err)
+	iv.mu.Lock()
+	iv.counts.notifications++
+	iv.mu.Unlock()
+}
+
 // allocate asks for a read ordinal; a fresh (not replayed) allocation that is issued becomes
-// a pending dispatch for the readers.
-func (iv *interleaving) allocate(client int, gen, sgen int64, req string, fresh bool) opOutput {
-	in := opInput{kind: opAllocate, gen: gen, sgen: sgen, req: req}
+// a pending dispatch for the readers. wrong names another URI than the subscription's.
+func (iv *interleaving) allocate(client int, gen, sgen int64, req string, fresh, wrong bool) opOutput {
+	in := opInput{kind: opAllocate, gen: gen, sgen: sgen, req: req, wrongURI: wrong}
 	call := iv.now()
 	d, err := iv.st.AllocateReadOrdinal(iv.ctx, ledger.AllocateRequest{SubscriptionID: iv.subID, Generation: gen,
-		SessionGeneration: sgen, URI: iv.uri, RequestID: req, Reason: mcpsync.ReasonNotification})
+		SessionGeneration: sgen, URI: iv.uriOf(wrong), RequestID: req, Reason: mcpsync.ReasonNotification})
 	out := opOutput{outcome: d.Outcome, ord: d.Ordinal}
 	iv.record(client, in, out, call, err)
 	iv.mu.Lock()
 	iv.keys = append(iv.keys, fmt.Sprintf("allocate/%d/%s", iv.subID, req))
+	if wrong {
+		iv.counts.uriMismatches++
+	}
 	if err == nil && d.Outcome == mcpsync.OutcomeAllocated && fresh {
 		iv.pending = append(iv.pending, dispatch{ord: d.Ordinal, req: req, gen: gen, sgen: sgen})
 		iv.cond.Broadcast()
@@ -235,18 +299,23 @@ func (iv *interleaving) answer(client int, a answer) {
 	var err error
 	var key string
 	if a.notFound {
-		in = opInput{kind: opNotFound, gen: a.d.gen, sgen: a.d.sgen, ord: a.d.ord, req: a.d.req}
+		in = opInput{kind: opNotFound, gen: a.d.gen, sgen: a.d.sgen, ord: a.d.ord, req: a.d.req, wrongURI: a.wrongURI}
 		var o mcpsync.Outcome
 		o, err = iv.st.RecordNotFound(iv.ctx, ledger.NotFoundRequest{SubscriptionID: iv.subID, Generation: a.d.gen,
-			SessionGeneration: a.d.sgen, URI: iv.uri, Ordinal: a.d.ord, RequestID: a.d.req})
+			SessionGeneration: a.d.sgen, URI: iv.uriOf(a.wrongURI), Ordinal: a.d.ord, RequestID: a.d.req})
 		out = opOutput{outcome: o}
+		if o == mcpsync.OutcomeTombstonePending {
+			iv.mu.Lock()
+			iv.tombstonePending = true
+			iv.mu.Unlock()
+		}
 		key = fmt.Sprintf("notfound/%d/%d/%s", iv.subID, a.d.ord, a.d.req)
 	} else {
 		digest := digestOf(a.body)
-		in = opInput{kind: opAccept, gen: a.d.gen, sgen: a.d.sgen, ord: a.d.ord, req: a.d.req, digest: digest}
+		in = opInput{kind: opAccept, gen: a.d.gen, sgen: a.d.sgen, ord: a.d.ord, req: a.d.req, digest: digest, wrongURI: a.wrongURI}
 		var r ledger.AcceptResult
 		r, err = iv.accept(iv.ctx, iv.st, ledger.AcceptRequest{SubscriptionID: iv.subID, Generation: a.d.gen,
-			SessionGeneration: a.d.sgen, URI: iv.uri, Ordinal: a.d.ord, RequestID: a.d.req,
+			SessionGeneration: a.d.sgen, URI: iv.uriOf(a.wrongURI), Ordinal: a.d.ord, RequestID: a.d.req,
 			Version: ledger.VersionInfo{MIMEType: "text/plain", Digest: digest, Size: int64(len(a.body))}})
 		out = opOutput{outcome: r.Outcome}
 		key = fmt.Sprintf("accept/%d/%d/%s/%s", iv.subID, a.d.ord, a.d.req, digest)
@@ -254,7 +323,12 @@ func (iv *interleaving) answer(client int, a answer) {
 	iv.record(client, in, out, call, err)
 	iv.mu.Lock()
 	iv.keys = append(iv.keys, key)
-	iv.answered = append(iv.answered, a)
+	if a.wrongURI {
+		iv.counts.uriMismatches++
+	} else {
+		iv.answered = append(iv.answered, a)
+	}
+	iv.cond.Broadcast()
 	iv.mu.Unlock()
 }
 

@@ -3,6 +3,7 @@ package shuffle
 import (
 	"fmt"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"time"
@@ -29,10 +30,15 @@ const (
 	opRestore
 	opMarkRR
 	opEnsure
+	opNotify
+	opRevoke
+	opGrant
+	opConfirmTombstone
 )
 
 var opNames = [...]string{"allocate", "accept", "not-found", "begin-unsubscribe", "complete-unsubscribe",
-	"unsubscribe-unknown", "open-session", "close-session", "begin-subscribe", "activate", "restore", "mark-rr", "ensure"}
+	"unsubscribe-unknown", "open-session", "close-session", "begin-subscribe", "activate", "restore", "mark-rr", "ensure",
+	"notify", "revoke", "grant", "confirm-tombstone"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -44,16 +50,24 @@ type opInput struct {
 	req       string
 	digest    string
 	epoch     int64
+	wrongURI  bool  // allocate, accept, not-found: the call names a URI the subscription is not for
+	seq       int64 // notify: the host's sequence number on session sgen
 }
 
 func (in opInput) String() string {
 	switch in.kind {
 	case opAllocate:
-		return fmt.Sprintf("allocate(g%d s%d %s)", in.gen, in.sgen, in.req)
+		return fmt.Sprintf("allocate(g%d s%d %s wrongURI=%v)", in.gen, in.sgen, in.req, in.wrongURI)
 	case opAccept:
-		return fmt.Sprintf("accept(g%d s%d #%d %s %.13s)", in.gen, in.sgen, in.ord, in.req, in.digest)
+		return fmt.Sprintf("accept(g%d s%d #%d %s %.13s wrongURI=%v)", in.gen, in.sgen, in.ord, in.req, in.digest, in.wrongURI)
 	case opNotFound:
-		return fmt.Sprintf("not-found(g%d s%d #%d %s)", in.gen, in.sgen, in.ord, in.req)
+		return fmt.Sprintf("not-found(g%d s%d #%d %s wrongURI=%v)", in.gen, in.sgen, in.ord, in.req, in.wrongURI)
+	case opNotify:
+		return fmt.Sprintf("notify(s%d #%d)", in.sgen, in.seq)
+	case opRevoke, opGrant:
+		return in.kind.String()
+	case opConfirmTombstone:
+		return fmt.Sprintf("confirm-tombstone(g%d s%d issued-before-scan %d)", in.gen, in.sgen, in.ord)
 	case opComplete, opUnknown:
 		return fmt.Sprintf("%s(g%d e%d)", in.kind, in.gen, in.epoch)
 	case opCloseSession:
@@ -68,7 +82,8 @@ type opOutput struct {
 	outcome mcpsync.Outcome
 	ord     int64 // allocate: the ordinal; begin-unsubscribe: the close ordinal
 	epoch   int64 // begin-unsubscribe: the close epoch
-	gen     int64 // open-session: the new session generation; ensure: the subscription generation
+	gen     int64 // open-session: the new session generation; ensure, notify: the subscription generation
+	targets int   // notify: how many subscriptions the notification is routed to
 }
 
 // class reduces an outcome to what the model predicts exactly: whether the call changed the
@@ -120,6 +135,8 @@ type mState struct {
 	issued, wm      int64
 	epoch, closeOrd int64
 	digest          string
+	revoked         bool              // the principal's grant on the source is revoked
+	ngen, nseq      int64             // the last notification recorded on the row (session, sequence)
 	disp            []mDispatch       // ordinal i+1
 	first           map[string]mFirst // idempotency key -> first outcome
 }
@@ -157,7 +174,7 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 		if f, ok := m.first[key]; ok {
 			return f.cls == cls && (cls != applied || f.ord == out.ord), m
 		}
-		if m.state == mcpsync.StateActive && in.gen == m.gen && in.sgen == m.sgen && in.sgen == m.srcGen {
+		if m.state == mcpsync.StateActive && in.gen == m.gen && in.sgen == m.sgen && in.sgen == m.srcGen && !in.wrongURI && !m.revoked {
 			n.issued++
 			n.disp = append(n.disp, mDispatch{gen: in.gen, sgen: in.sgen, req: in.req})
 			n.first[key] = mFirst{cls: applied, ord: n.issued}
@@ -173,11 +190,11 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 		}
 		var d *mDispatch
 		if in.ord >= 1 && in.ord <= int64(len(n.disp)) {
-			if x := &n.disp[in.ord-1]; x.req == in.req && x.gen == in.gen && x.sgen == in.sgen {
+			if x := &n.disp[in.ord-1]; x.req == in.req && x.gen == in.gen && x.sgen == in.sgen && !in.wrongURI {
 				d = x
 			}
 		}
-		if m.state == mcpsync.StateActive && in.gen == m.gen && in.sgen == m.sgen && d != nil && !d.answered && m.wm < in.ord {
+		if m.state == mcpsync.StateActive && in.gen == m.gen && in.sgen == m.sgen && d != nil && !d.answered && m.wm < in.ord && !m.revoked {
 			d.answered = true
 			n.wm = in.ord
 			want := mcpsync.OutcomeTombstonePending
@@ -259,12 +276,54 @@ func step(m mState, in opInput, out opOutput) (bool, mState) {
 		return stepTransition(m, n, in, cls)
 
 	case opEnsure:
+		if m.revoked {
+			return cls == refused, m // no standing grant: nothing is (re)opened (R23)
+		}
 		if m.state == mcpsync.StateClosed {
 			n.gen++
 			n.state, n.sgen, n.closeOrd = mcpsync.StateDiscovered, 0, 0
 			n.digest = "" // a new generation's first good read is a new version (R21)
 		}
 		return out.gen == n.gen, n
+
+	case opNotify:
+		// RecordNotification routes to the subscription only from the source's current
+		// session, while it is not closing, and never backwards; an equal pair is a retry of
+		// the same notification and is routed again (R12, R19).
+		// Its statement checks the source's session in its snapshot, not as locked: one that
+		// waited on the subscription row while a new session opened is routed still, so a
+		// notification of a superseded session may be routed or not.
+		if in.sgen <= m.srcGen && !closing(m.state) && (m.ngen < in.sgen || (m.ngen == in.sgen && m.nseq <= in.seq)) {
+			if in.sgen < m.srcGen && out.targets == 0 {
+				return true, m
+			}
+			n.ngen, n.nseq = in.sgen, in.seq
+			return out.targets == 1 && out.gen == m.gen, n
+		}
+		return out.targets == 0, m
+
+	case opRevoke:
+		n.revoked = true
+		return true, n
+
+	case opGrant:
+		n.revoked = false
+		return true, n
+
+	case opConfirmTombstone:
+		// The catalog was scanned on session in.sgen after ordinals 1..in.ord were issued. The
+		// fence holds for a pending tombstone of this generation on that session; whether a
+		// not-found read issued later than in.ord was dispatched before the scan began is not
+		// known to the harness, so then either answer is allowed.
+		if m.state == mcpsync.StateTombstonePending && in.gen == m.gen && in.sgen == m.sgen {
+			if cls == applied {
+				n.state, n.closeOrd, n.epoch = mcpsync.StateUnsubscribing, m.issued, m.epoch+1
+				n.digest = "" // the latest version is the tombstone (R21)
+				return true, n
+			}
+			return m.wm > in.ord && cls == refused, m
+		}
+		return cls == refused, m
 	}
 	return false, m
 }
@@ -344,6 +403,14 @@ func (iv *interleaving) checkLinearizable() []Violation {
 		return []Violation{iv.violation(kindLinearizabilityUnk, fmt.Sprintf("porcupine gave up after %s on %d operations", linearizabilityTimeout, len(iv.history)))}
 	}
 	detail := fmt.Sprintf("no sequential execution of the ledger model explains these %d calls", len(iv.history))
+	// MCPSYNC_SHUFFLE_DEBUG=1 prints the history, in call order, for a replay to read.
+	if os.Getenv("MCPSYNC_SHUFFLE_DEBUG") != "" {
+		h := slices.Clone(iv.history)
+		slices.SortFunc(h, func(a, b porcupine.Operation) int { return int(a.Call - b.Call) })
+		for _, op := range h {
+			fmt.Fprintf(os.Stderr, "%d [%d,%d] %s\n", op.ClientId, op.Call/1000, op.Return/1000, model().DescribeOperation(op.Input, op.Output))
+		}
+	}
 	if partial := info.PartialLinearizations(); len(partial) > 0 && len(partial[0]) > 0 {
 		longest := partial[0][0]
 		for _, p := range partial[0] {

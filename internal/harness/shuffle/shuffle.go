@@ -78,6 +78,14 @@ type Report struct {
 	// Outcomes counts the ledger's answers by operation and outcome, e.g. "accept ACCEPTED".
 	Outcomes map[string]int64
 
+	// How often the calls ran whose checks would otherwise be vacuous.
+	TombstoneConfirmations       int64 // ConfirmTombstone calls, each after a not-found read and a fresh catalog
+	Revocations                  int64 // revocations committed
+	RevocationsWithReadsInFlight int64 // of which with a dispatch issued and not yet answered
+	URIMismatches                int64 // allocations and answers naming another URI than the subscription's
+	Notifications                int64 // RecordNotification calls, retries included
+	NotificationRetries          int64 // of which retries of the same notification
+
 	VersionRegressions       int // an acceptance (version, revalidation or tombstone) at or below the watermark before it
 	LateTombstones           int // TOMBSTONE_PENDING past a close fence or on a subscription not ACTIVE
 	VersionsAfterClose       int // versions past a close fence (ordinal > closeOrdinal, or accepted after the fence)
@@ -93,6 +101,7 @@ type Report struct {
 	NonLinearizable          int // interleavings whose call history no sequential execution of the model explains
 	LinearizabilityUnknown   int // porcupine gave up (time limit)
 	Errors                   int // ledger calls that failed (the ledger could not decide)
+	AcceptedAfterRevocation  int // acceptances committed after a revocation committed and before the grant was asked for again (R23)
 
 	// Examples are the first violations found, each with the seed that replays it.
 	Examples []Violation
@@ -109,7 +118,7 @@ type Violation struct {
 
 // ReplayCommand is a one-line command that runs the violation's interleaving again.
 func (v Violation) ReplayCommand() string {
-	return fmt.Sprintf("go test ./internal/shuffle -run 'TestShuffle$' -seed=%d -interleavings=1 -v", v.Seed)
+	return fmt.Sprintf("go test ./internal/harness/shuffle -run 'TestShuffle$' -seed=%d -interleavings=1 -v", v.Seed)
 }
 
 // String describes the violation on one line and its replay command on the next.
@@ -141,8 +150,17 @@ func (r *Report) counters() []struct {
 		{"state mismatches", &r.StateMismatches},
 		{"non-linearizable histories", &r.NonLinearizable},
 		{"linearizability unknown", &r.LinearizabilityUnknown},
+		{"versions accepted after revocation committed", &r.AcceptedAfterRevocation},
 		{"ledger errors", &r.Errors},
 	}
+}
+
+// Driven says in one line how often the run drove the calls that make the tombstone, revocation
+// and notification checks measure something: ConfirmTombstone calls, revocations with reads in
+// flight, URI mismatches and notifications (with their retries).
+func (r Report) Driven() string {
+	return fmt.Sprintf("%d ConfirmTombstone, %d revocations with reads in flight (of %d), %d URI mismatches, %d notifications (%d retries)",
+		r.TombstoneConfirmations, r.RevocationsWithReadsInFlight, r.Revocations, r.URIMismatches, r.Notifications, r.NotificationRetries)
 }
 
 // Violations is the sum of every violation counter.
@@ -165,6 +183,7 @@ func (r Report) WriteTable(w io.Writer) error {
 	row("seed", r.Seed)
 	row("interleavings", r.Interleavings)
 	row("operations", r.Operations)
+	row("driven", r.Driven())
 	row("elapsed", r.Elapsed.Round(time.Millisecond))
 	if r.Elapsed > 0 {
 		row("interleavings/s", fmt.Sprintf("%.0f", float64(r.Interleavings)/r.Elapsed.Seconds()))
@@ -287,6 +306,12 @@ func (a *aggregate) add(r result) {
 	defer a.mu.Unlock()
 	a.report.Interleavings++
 	a.report.Operations += r.ops
+	a.report.TombstoneConfirmations += r.counts.confirms
+	a.report.Revocations += r.counts.revocations
+	a.report.RevocationsWithReadsInFlight += r.counts.revocationsInFlight
+	a.report.URIMismatches += r.counts.uriMismatches
+	a.report.Notifications += r.counts.notifications
+	a.report.NotificationRetries += r.counts.notificationRetries
 	for k, v := range r.outcomes {
 		a.report.Outcomes[k] += v
 	}
@@ -327,6 +352,7 @@ const (
 	kindNonLinearizable    = "non-linearizable histories"
 	kindLinearizabilityUnk = "linearizability unknown"
 	kindError              = "ledger errors"
+	kindAfterRevocation    = "versions accepted after revocation committed"
 )
 
 // PoolConfig returns a pool configuration for Run on the ledger database at url: enough
