@@ -31,13 +31,14 @@ func main() {
 	database := fs.String("database", os.Getenv("MCPSYNC_GATE_DATABASE_URL"), "admin URL of a Postgres server to use (empty: start a private one)")
 	only := fs.String("only", "", "comma-separated sections to run (shuffles,discovery,storm,converge,revocation); the checker self-test and the invariants always run")
 	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
+	revocations := fs.Int("revocations", 100, "principals revoked with reads in flight for the revocation latency (R29)")
 	logLevel := fs.String("log-level", "warn", "log level of the deployment's component logs")
 	logFile := fs.String("log-file", "", "file for the component logs of the deployment (empty: a new file in the temporary directory); the console shows only progress and the table")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
-	if fs.NArg() > 0 || *shuffles < 0 || *resources <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: mcpsync gate [--shuffles N] [--resources N] [--only a,b] [--json] [--database URL]")
+	if fs.NArg() > 0 || *shuffles < 0 || *resources <= 0 || *revocations <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: mcpsync gate [--shuffles N] [--resources N] [--revocations N] [--only a,b] [--json] [--database URL]")
 		os.Exit(2)
 	}
 	log, path, closeLog, err := fileLogger(*logLevel, *logFile)
@@ -47,7 +48,7 @@ func main() {
 	}
 	defer closeLog()
 	fmt.Fprintf(os.Stderr, "gate: component logs: %s\n", path)
-	opts := gate.Options{AdminURL: *database, Progress: os.Stderr, Logger: log, Shuffles: *shuffles, ConvergeResources: *resources}
+	opts := gate.Options{AdminURL: *database, Progress: os.Stderr, Logger: log, Shuffles: *shuffles, ConvergeResources: *resources, Revocations: *revocations}
 	if *only != "" {
 		opts.Only = strings.Split(*only, ",")
 		for _, s := range opts.Only {

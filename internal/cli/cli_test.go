@@ -225,6 +225,7 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"gate", "--bogus"}, want: "mcpsync gate: flag provided but not defined: -bogus {usage}"},
 		{args: []string{"gate", "--shuffles", "-1"}, want: "mcpsync gate: --shuffles must not be negative, got -1"},
 		{args: []string{"gate", "--resources", "0"}, want: "mcpsync gate: --resources must be positive, got 0"},
+		{args: []string{"gate", "--revocations", "0"}, want: "mcpsync gate: --revocations must be positive, got 0"},
 		{args: []string{"gate", "--json=yes"}, want: `mcpsync gate: invalid boolean value "yes" for -json: parse error {usage}`},
 	}
 	covered := map[string]int{}

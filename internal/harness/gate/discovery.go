@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -59,6 +61,7 @@ func discovery(ctx context.Context, g *run) ([]Row, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	levels := map[ledger.ProofLevel]int{}
+	var att consumeAttempts
 	for i, sc := range discoveryScenarios {
 		srv := chaosmcp.New(chaosmcp.Options{Name: "discovery", Version: "1", PageSize: 3, Capabilities: &sc.caps})
 		for r := 0; r < 20; r++ {
@@ -83,14 +86,20 @@ func discovery(ctx context.Context, g *run) ([]Row, error) {
 			c, err := g.stack.Store.ConsumeCatalog(ctx, ledger.CatalogRequest{Source: name, Purpose: purpose, Consumer: "gate"})
 			switch {
 			case err == nil:
+				att.handedOut(purpose, c.Catalog.Level)
 				if purpose == ledger.PurposeDisplay {
 					levels[c.Catalog.Level]++
 				}
 			case errors.Is(err, ledger.ErrCatalogRefused):
+				att.refused++
 				var ref *ledger.CatalogRefusal
 				if purpose == ledger.PurposeDisplay && errors.As(err, &ref) && ref.Catalog != nil {
 					levels[ref.Catalog.Level]++
 				}
+			case isCheckViolation(err):
+				// The fence let the request through and only the table's CHECK stopped the
+				// record: a broken fence, counted, not an error of the gate.
+				att.schemaStopped(purpose)
 			default:
 				return nil, fmt.Errorf("catalog of %s for %s: %w", name, purpose, err)
 			}
@@ -101,12 +110,52 @@ func discovery(ctx context.Context, g *run) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	detail := fmt.Sprintf("%d fault scenarios; catalogs proven %d, unproven %d, reconciliation required %d; integrity accepted %d, refused %d; display accepted %d, refused %d; tombstone confirmations from catalogs %d, refused %d",
-		len(discoveryScenarios), levels[ledger.ProofSnapshotProven], levels[ledger.ProofSnapshotUnproven], levels[ledger.ProofReconciliationRequired],
+	detail := fmt.Sprintf("%d consumption attempts by the gate: %d handed out, %d refused, %d stopped only by a CHECK constraint; %d fault scenarios; catalogs proven %d, unproven %d, reconciliation required %d; ledger-wide: integrity accepted %d, refused %d; display accepted %d, refused %d; tombstone confirmations from catalogs %d, refused %d; ledger-recorded violations %d",
+		att.attempts(), att.handed, att.refused, att.stopped, len(discoveryScenarios), levels[ledger.ProofSnapshotProven], levels[ledger.ProofSnapshotUnproven], levels[ledger.ProofReconciliationRequired],
 		counts.IntegrityAccepted, counts.IntegrityRefused, counts.DisplayAccepted, counts.DisplayRefused,
-		counts.TombstoneAccepted, counts.TombstoneRefused)
+		counts.TombstoneAccepted, counts.TombstoneRefused, counts.UnreconciledAccepted+counts.UnprovenConsumedByIntegrity)
+	// The rows count what the gate's own attempts were handed (a broken fence shows as a
+	// non-zero count here), plus anything the ledger recorded as handed out against the rule.
 	return []Row{
-		zero("R25", "unreconciled catalogs accepted", int(counts.UnreconciledAccepted), detail),
-		zero("R25", "SNAPSHOT_UNPROVEN consumed by integrity tasks", int(counts.UnprovenConsumedByIntegrity), ""),
+		zero("R25", "unreconciled catalogs accepted", att.unreconciled+int(counts.UnreconciledAccepted), detail),
+		zero("R25", "SNAPSHOT_UNPROVEN consumed by integrity tasks", att.unprovenIntegrity+int(counts.UnprovenConsumedByIntegrity), ""),
 	}, nil
+}
+
+// consumeAttempts tallies the gate's own ConsumeCatalog attempts by outcome (R25), judged from
+// the catalog each attempt was handed rather than from what the ledger chose to record.
+type consumeAttempts struct {
+	handed, refused, stopped        int
+	unreconciled, unprovenIntegrity int
+}
+
+// handedOut records an attempt that was handed a catalog of level for purpose, counting it
+// as a violation when the level does not allow the purpose.
+func (a *consumeAttempts) handedOut(purpose ledger.CatalogPurpose, level ledger.ProofLevel) {
+	a.handed++
+	if level != ledger.ProofSnapshotProven && level != ledger.ProofSnapshotUnproven {
+		a.unreconciled++
+	}
+	if purpose == ledger.PurposeIntegrity && level != ledger.ProofSnapshotProven {
+		a.unprovenIntegrity++
+	}
+}
+
+// schemaStopped records an attempt the ledger's fence passed but the table's CHECK constraint
+// rejected: a violation of the purpose's rule.
+func (a *consumeAttempts) schemaStopped(purpose ledger.CatalogPurpose) {
+	a.stopped++
+	if purpose == ledger.PurposeIntegrity {
+		a.unprovenIntegrity++
+	} else {
+		a.unreconciled++
+	}
+}
+
+func (a *consumeAttempts) attempts() int { return a.handed + a.refused + a.stopped }
+
+// isCheckViolation reports whether err is Postgres's check_violation (SQLSTATE 23514).
+func isCheckViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23514"
 }
