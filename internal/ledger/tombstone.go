@@ -86,16 +86,7 @@ func (s *Store) ConfirmTombstone(ctx context.Context, req ConfirmTombstoneReques
 			SELECT u.source_id, $3, 'subscription ' || u.id, 'tombstone', u.proof_level, 'ACCEPTED', u.id
 			FROM upd u
 			RETURNING id),
-		ver AS (
-			INSERT INTO resource_versions (subscription_id, principal, source_id, uri, kind,
-				read_ordinal, generation, session_generation, request_id, auth_subject,
-				server_name, server_version)
-			SELECT u.id, u.principal, u.source_id, u.uri, 'tombstone', u.last_accepted_ordinal,
-			       u.generation, u.session_generation, u.request_id, so.subject,
-			       coalesce(se.server_name, ''), coalesce(se.server_version, '')
-			FROM upd u JOIN sources so ON so.id = u.source_id
-			LEFT JOIN sessions se ON se.source_id = u.source_id AND se.generation = u.session_generation
-			RETURNING id),
+`+tombstoneVersionCTE+`
 		ob AS (
 			INSERT INTO invalidation_outbox (kind, idempotency_key, subscription_id, principal,
 				source_id, uri, read_ordinal, detail)
@@ -356,16 +347,7 @@ func (s *Store) ConfirmTombstoneByReads(ctx context.Context, req ConfirmByReadsR
 			  AND `+probeCount+` >= $3
 			RETURNING s.id, s.principal, s.source_id, s.uri, s.generation, s.session_generation,
 			          s.last_accepted_ordinal, s.close_ordinal, s.close_epoch, d.request_id, `+probeCount+` AS probes),
-		ver AS (
-			INSERT INTO resource_versions (subscription_id, principal, source_id, uri, kind,
-				read_ordinal, generation, session_generation, request_id, auth_subject,
-				server_name, server_version)
-			SELECT u.id, u.principal, u.source_id, u.uri, 'tombstone', u.last_accepted_ordinal,
-			       u.generation, u.session_generation, u.request_id, so.subject,
-			       coalesce(se.server_name, ''), coalesce(se.server_version, '')
-			FROM upd u JOIN sources so ON so.id = u.source_id
-			LEFT JOIN sessions se ON se.source_id = u.source_id AND se.generation = u.session_generation
-			RETURNING id),
+`+tombstoneVersionCTE+`
 		ob AS (
 			INSERT INTO invalidation_outbox (kind, idempotency_key, subscription_id, principal,
 				source_id, uri, read_ordinal, detail)
@@ -492,3 +474,18 @@ func beginTombstoneRefusal(ctx context.Context, tx pgx.Tx, id int64, key string,
 	res.Outcome, res.ReadOrdinal = mcpsync.OutcomeRefused, sub.accepted
 	return sub, false, nil
 }
+
+// tombstoneVersionCTE writes the tombstone version of the subscription a confirming statement
+// moved (its CTE upd: id, principal, source_id, uri, generation, session_generation,
+// last_accepted_ordinal, request_id), with the subject and server of its session, for
+// ConfirmTombstone and ConfirmTombstoneByReads alike (R21).
+const tombstoneVersionCTE = `		ver AS (
+			INSERT INTO resource_versions (subscription_id, principal, source_id, uri, kind,
+				read_ordinal, generation, session_generation, request_id, auth_subject,
+				server_name, server_version)
+			SELECT u.id, u.principal, u.source_id, u.uri, 'tombstone', u.last_accepted_ordinal,
+			       u.generation, u.session_generation, u.request_id, so.subject,
+			       coalesce(se.server_name, ''), coalesce(se.server_version, '')
+			FROM upd u JOIN sources so ON so.id = u.source_id
+			LEFT JOIN sessions se ON se.source_id = u.source_id AND se.generation = u.session_generation
+			RETURNING id),`
