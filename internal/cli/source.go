@@ -4,16 +4,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	neturl "net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
 func init() {
-	register(command{"source add", `NAME --stdio "CMD ARGS" | --url URL [--subject S] [--backstop 30s] [--poll 30s]: register an MCP server`, sourceAdd})
+	register(command{"source add", `NAME --stdio "CMD ARGS" | --url URL [connection flags, see --help] [--subject S] [--backstop 30s] [--poll 30s]: register an MCP server`, sourceAdd})
 	register(command{"source list", "[--json]: list sources with their session generation and host", sourceList})
 }
 
@@ -33,61 +33,24 @@ type sourceJSON struct {
 
 func toSourceJSON(s ledger.Source) sourceJSON {
 	return sourceJSON{
-		Name: s.Name, Transport: s.Transport, Command: s.Command, URL: s.URL, Subject: s.Subject,
+		Name: s.Name, Transport: s.Transport, Command: s.Command, URL: redactURL(s.URL), Subject: s.Subject,
 		BackstopSeconds: s.BackstopSeconds, PollSeconds: s.PollSeconds,
 		CurrentGeneration: s.CurrentGeneration, HostQueue: s.HostQueue, LeaseUntil: s.LeaseUntil,
 	}
 }
 
 func sourceAdd(ctx context.Context, e *runEnv, args []string) error {
-	const usage = `mcpsync source add NAME --stdio "CMD ARGS" | --url URL [--subject S] [--backstop 30s] [--poll 30s] [--json]`
+	const usage = `mcpsync source add NAME ` + sourceFlagsUsage + ` [--json]`
 	fs := flag.NewFlagSet("source add", flag.ContinueOnError)
-	stdio := fs.String("stdio", "", "command line of a stdio MCP server")
-	url := fs.String("url", "", "streamable HTTP endpoint of an MCP server")
-	subject := fs.String("subject", "default", "authorization subject the session connects as")
-	backstop := fs.Duration("backstop", 30*time.Second, "backstop re-read period of subscribed resources")
-	poll := fs.Duration("poll", 30*time.Second, "poll period when the server lacks resources.subscribe")
+	sf := newSourceFlags(fs, usage)
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args, usage, "NAME")
 	if err != nil {
 		return err
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"backstop", *backstop}, {"poll", *poll}} {
-		if d.v < time.Second || d.v%time.Second != 0 {
-			return usageErr("--%s must be a whole number of seconds, at least 1s, got %s", d.name, d.v)
-		}
-	}
-	spec := ledger.SourceSpec{Name: pos[0], Subject: *subject,
-		BackstopSeconds: int(backstop.Seconds()), PollSeconds: int(poll.Seconds())}
-	switch {
-	case isSet(fs, "stdio") && *stdio == "":
-		return usageErr("--stdio must not be empty")
-	case isSet(fs, "url") && *url == "":
-		return usageErr("--url must not be empty")
-	case *stdio != "" && *url != "":
-		return usageErr("give either --stdio or --url, not both")
-	case *stdio != "":
-		argv, err := SplitCommand(*stdio)
-		if err != nil {
-			return usageErr("--stdio: %v", err)
-		}
-		if len(argv) == 0 {
-			return usageErr("--stdio: empty command")
-		}
-		spec.Transport, spec.Command = ledger.TransportStdio, argv
-	case *url != "":
-		if u, err := neturl.Parse(*url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usageErr("--url %q is not an http:// or https:// URL with a host", *url)
-		}
-		spec.Transport, spec.URL = ledger.TransportHTTP, *url
-	default:
-		return usageErr("give --stdio \"CMD ARGS\" or --url URL (usage: %s)", usage)
-	}
-	if err := spec.Validate(); err != nil {
-		return usageErr("%v", strings.TrimSuffix(err.Error(), ": "+ledger.ErrInvalid.Error()))
+	spec, err := sf.spec(pos[0])
+	if err != nil {
+		return err
 	}
 	st, err := e.store(ctx)
 	if err != nil {
@@ -112,7 +75,7 @@ func sourceAdd(ctx context.Context, e *runEnv, args []string) error {
 
 func target(s ledger.Source) string {
 	if s.Transport == ledger.TransportHTTP {
-		return s.URL
+		return redactURL(s.URL)
 	}
 	return JoinCommand(s.Command)
 }
@@ -216,3 +179,7 @@ func JoinCommand(argv []string) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// redactURL masks the credentials a URL may carry (userinfo, secret-looking query parameters);
+// sources stored before such URLs were refused may still hold them.
+func redactURL(u string) string { return redact.URL(u) }

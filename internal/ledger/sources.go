@@ -2,12 +2,17 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
 // Transports a source can use.
@@ -25,6 +30,8 @@ type SourceSpec struct {
 	Subject         string   // authorization subject the session connects as; "default" if empty
 	BackstopSeconds int      // backstop re-read period for subscribed resources; 30 if zero
 	PollSeconds     int      // poll period when the server lacks resources.subscribe; 30 if zero
+	// Connection is how the worker authenticates, seals a stdio child and bounds reads.
+	Connection Connection
 }
 
 // Source is a stored source with its session bookkeeping.
@@ -42,6 +49,12 @@ func (sp SourceSpec) Validate() error {
 	if strings.TrimSpace(sp.Name) == "" || strings.ContainsAny(sp.Name, " \t\r\n/") {
 		return fmt.Errorf("source name %q must be non-empty without spaces or '/': %w", sp.Name, ErrInvalid)
 	}
+	if len(sp.Name) > MaxSourceNameBytes {
+		return fmt.Errorf("source name of %d bytes is longer than %d: %w", len(sp.Name), MaxSourceNameBytes, ErrInvalid)
+	}
+	if !utf8.ValidString(sp.Name) || strings.ContainsFunc(sp.Name, func(r rune) bool { return r < 0x20 || r == 0x7f || !unicode.IsPrint(r) }) {
+		return fmt.Errorf("source name %q must be printable UTF-8: %w", sp.Name, ErrInvalid)
+	}
 	switch sp.Transport {
 	case TransportStdio:
 		if len(sp.Command) == 0 || strings.TrimSpace(sp.Command[0]) == "" {
@@ -49,7 +62,10 @@ func (sp SourceSpec) Validate() error {
 		}
 	case TransportHTTP:
 		if !strings.HasPrefix(sp.URL, "http://") && !strings.HasPrefix(sp.URL, "https://") {
-			return fmt.Errorf("http source %q needs an http:// or https:// URL, got %q: %w", sp.Name, sp.URL, ErrInvalid)
+			return fmt.Errorf("http source %q needs an http:// or https:// URL, got %q: %w", sp.Name, redact.URL(sp.URL), ErrInvalid)
+		}
+		if redact.HasSecret(sp.URL) {
+			return fmt.Errorf("http source %q: the URL %s carries credentials (userinfo or a secret-looking query parameter); give them with --bearer-env, --header-env or OAuth so that only a reference is stored: %w", sp.Name, redact.URL(sp.URL), ErrInvalid)
 		}
 	default:
 		return fmt.Errorf("source %q: unknown transport %q: %w", sp.Name, sp.Transport, ErrInvalid)
@@ -57,8 +73,14 @@ func (sp SourceSpec) Validate() error {
 	if sp.BackstopSeconds < 0 || sp.PollSeconds < 0 {
 		return fmt.Errorf("source %q: periods must be positive: %w", sp.Name, ErrInvalid)
 	}
-	return nil
+	if sp.BackstopSeconds > MaxPeriodSeconds || sp.PollSeconds > MaxPeriodSeconds {
+		return fmt.Errorf("source %q: periods must be at most %d s (7 days): %w", sp.Name, MaxPeriodSeconds, ErrInvalid)
+	}
+	return sp.Connection.validate(sp.Name, sp.Transport)
 }
+
+// MaxPeriodSeconds bounds a source's backstop and poll periods (7 days).
+const MaxPeriodSeconds = 7 * 24 * 3600
 
 func (sp SourceSpec) withDefaults() SourceSpec {
 	if sp.Subject == "" {
@@ -74,13 +96,13 @@ func (sp SourceSpec) withDefaults() SourceSpec {
 }
 
 const sourceColumns = `id, name, transport, command, coalesce(url, ''), subject, backstop_seconds,
-	poll_seconds, current_generation, coalesce(host_queue, ''), lease_until, created_at`
+	poll_seconds, current_generation, coalesce(host_queue, ''), lease_until, created_at, connection`
 
 func scanSource(row pgx.Row) (Source, error) {
 	var src Source
 	err := row.Scan(&src.ID, &src.Name, &src.Transport, &src.Command, &src.URL, &src.Subject,
 		&src.BackstopSeconds, &src.PollSeconds, &src.CurrentGeneration, &src.HostQueue,
-		&src.LeaseUntil, &src.CreatedAt)
+		&src.LeaseUntil, &src.CreatedAt, &src.Connection)
 	return src, err
 }
 
@@ -101,11 +123,11 @@ func (s *Store) AddSource(ctx context.Context, spec SourceSpec) (src Source, cre
 		cmd = spec.Command
 	}
 	src, err = scanSource(s.pool.QueryRow(ctx, `
-		INSERT INTO sources (name, transport, command, url, subject, backstop_seconds, poll_seconds)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		INSERT INTO sources (name, transport, command, url, subject, backstop_seconds, poll_seconds, connection)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (name) DO NOTHING
 		RETURNING `+sourceColumns,
-		spec.Name, spec.Transport, cmd, url, spec.Subject, spec.BackstopSeconds, spec.PollSeconds))
+		spec.Name, spec.Transport, cmd, url, spec.Subject, spec.BackstopSeconds, spec.PollSeconds, spec.Connection))
 	if err == nil {
 		return src, true, nil
 	}
@@ -118,7 +140,8 @@ func (s *Store) AddSource(ctx context.Context, spec SourceSpec) (src Source, cre
 	}
 	if existing.Transport != spec.Transport || !slices.Equal(existing.Command, cmd) ||
 		existing.URL != spec.URL || existing.Subject != spec.Subject ||
-		existing.BackstopSeconds != spec.BackstopSeconds || existing.PollSeconds != spec.PollSeconds {
+		existing.BackstopSeconds != spec.BackstopSeconds || existing.PollSeconds != spec.PollSeconds ||
+		!sameConnection(existing.Connection, spec.Connection) {
 		return existing, false, fmt.Errorf("source %q: %w", spec.Name, ErrSourceExists)
 	}
 	return existing, false, nil
@@ -183,4 +206,11 @@ func (s *Store) ReleaseSource(ctx context.Context, sourceID int64, hostQueue str
 		return fmt.Errorf("ledger: release source %d: %w", sourceID, err)
 	}
 	return nil
+}
+
+// sameConnection compares two connections as stored (JSON), so nil and empty lists are equal.
+func sameConnection(a, b Connection) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
 }
