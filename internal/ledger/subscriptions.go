@@ -80,40 +80,22 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 	}
 	var id int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		// The standing grant is locked FOR SHARE in the same statement, so a revocation either
-		// waits for this subscription (and then closes it) or commits first (and this one is
-		// refused): no subscription opens past a revocation.
-		err := tx.QueryRow(ctx, `
-			WITH g AS MATERIALIZED (
-				SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL FOR SHARE)
-			INSERT INTO subscriptions (principal, source_id, uri, server_uri, workflow_id)
-			SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g)
-			ON CONFLICT (principal, source_id, uri) DO UPDATE SET
-				generation = subscriptions.generation + 1,
-				state = 'DISCOVERED', state_reason = 'subscribed again after close',
-				session_generation = 0, close_ordinal = NULL, server_uri = EXCLUDED.server_uri,
-				last_accepted_digest = NULL,
-				started_at = now(), ended_at = NULL, updated_at = now()
-			WHERE subscriptions.state = 'CLOSED'
-			RETURNING id`, spec.Principal, spec.SourceID, spec.URI, spec.ServerURI, spec.WorkflowID).Scan(&id)
-		if err == pgx.ErrNoRows {
-			var granted bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL)`,
-				spec.Principal, spec.SourceID).Scan(&granted); err != nil {
+		// The upsert either opens (or reopens) the subscription or finds it open. A grant
+		// committed between the upsert and the look-up below makes the look-up see a CLOSED
+		// row the upsert skipped for want of a grant: run the upsert again (a new statement, a
+		// new snapshot, so it now sees the grant), never return a CLOSED row as opened.
+		for attempt := 0; ; attempt++ {
+			opened, closed, err := ensureSubscriptionOnce(ctx, tx, spec, &id)
+			if err != nil || opened {
 				return err
 			}
-			if !granted {
-				return &GrantError{Principal: spec.Principal, SourceID: spec.SourceID}
+			if !closed {
+				return nil
 			}
-			return tx.QueryRow(ctx, `SELECT id FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3`,
-				spec.Principal, spec.SourceID, spec.URI).Scan(&id)
+			if attempt == 2 {
+				return fmt.Errorf("subscription of %q on source %d stayed CLOSED while its grant changed under three attempts", spec.Principal, spec.SourceID)
+			}
 		}
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO receipts (kind, source_id, subscription_id, generation, uri)
-			SELECT 'SUBSCRIPTION_OPENED', source_id, id, generation, uri FROM subscriptions WHERE id = $1`, id)
-		return err
 	})
 	if err != nil {
 		return Subscription{}, fmt.Errorf("ledger: ensure subscription: %w", err)
@@ -305,4 +287,60 @@ func (s *Store) RestoreFromTombstone(ctx context.Context, id, gen, sessionGen in
 		FROM live
 		WHERE s.id = $1 AND s.generation = $2 AND s.session_generation = $3
 		  AND s.source_id = live.source_id AND s.state = 'TOMBSTONE_PENDING'`, id, gen, sessionGen)
+}
+
+// testHookEnsureLookup, if set (tests only), runs between EnsureSubscription's upsert and its
+// look-up of an existing row.
+var testHookEnsureLookup func()
+
+// ensureSubscriptionOnce runs EnsureSubscription's upsert once. opened reports a new or
+// reopened subscription (its receipt written); otherwise *id is the existing row and closed
+// reports that it is CLOSED although a grant now stands (the caller upserts again).
+func ensureSubscriptionOnce(ctx context.Context, tx pgx.Tx, spec EnsureSpec, id *int64) (opened, closed bool, err error) {
+	// The standing grant is locked FOR SHARE in the same statement, so a revocation either
+	// waits for this subscription (and then closes it) or commits first (and this one is
+	// refused): no subscription opens past a revocation.
+	err = tx.QueryRow(ctx, `
+		WITH g AS MATERIALIZED (
+			SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL FOR SHARE)
+		INSERT INTO subscriptions (principal, source_id, uri, server_uri, workflow_id)
+		SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g)
+		ON CONFLICT (principal, source_id, uri) DO UPDATE SET
+			generation = subscriptions.generation + 1,
+			state = 'DISCOVERED', state_reason = 'subscribed again after close',
+			session_generation = 0, close_ordinal = NULL, server_uri = EXCLUDED.server_uri,
+			last_accepted_digest = NULL,
+			started_at = now(), ended_at = NULL, updated_at = now()
+		WHERE subscriptions.state = 'CLOSED'
+		RETURNING id`, spec.Principal, spec.SourceID, spec.URI, spec.ServerURI, spec.WorkflowID).Scan(id)
+	if err == pgx.ErrNoRows {
+		if testHookEnsureLookup != nil {
+			testHookEnsureLookup()
+		}
+		// One statement: whether a grant stands, and the existing row with its state.
+		var granted bool
+		var state string
+		err := tx.QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL),
+				coalesce((SELECT id FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), 0),
+				coalesce((SELECT state FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), '')`,
+			spec.Principal, spec.SourceID, spec.URI).Scan(&granted, id, &state)
+		switch {
+		case err != nil:
+			return false, false, err
+		case !granted:
+			return false, false, &GrantError{Principal: spec.Principal, SourceID: spec.SourceID}
+		case *id == 0:
+			// Granted, but no row: the grant committed after the upsert's snapshot and the
+			// row does not exist yet. Upsert again.
+			return false, true, nil
+		}
+		return false, state == string(mcpsync.StateClosed), nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO receipts (kind, source_id, subscription_id, generation, uri)
+		SELECT 'SUBSCRIPTION_OPENED', source_id, id, generation, uri FROM subscriptions WHERE id = $1`, *id)
+	return err == nil, false, err
 }
