@@ -42,12 +42,16 @@ const auditNotificationRecordedFmt = "notification/%d/%d/%d"
 // on the subscription's row can only be this notification's. A notification that matches none
 // is not dropped silently: one audit receipt says why (old session, unknown URI, closed
 // subscription, or a sequence number below the last one recorded) and the returned audit kind
-// names it.
+// names it. The source row is locked FOR SHARE with the generation check, so a new session
+// committing concurrently (OpenSession updates that row) is seen: the statement waits for it
+// and then finds the generation moved on, and an old session's notification routes nothing.
 func (s *Store) RecordNotification(ctx context.Context, n Notification) (targets []NotificationTarget, audit mcpsync.ReceiptKind, err error) {
 	rows, err := s.pool.Query(ctx, `
+		WITH so AS MATERIALIZED (
+			SELECT id FROM sources WHERE id = $1 AND current_generation = $2 FOR SHARE)
 		UPDATE subscriptions s SET last_notification_gen = $2, last_notification_seq = $3
-		FROM sources so
-		WHERE s.source_id = $1 AND s.uri = $4 AND so.id = s.source_id AND so.current_generation = $2
+		FROM so
+		WHERE s.source_id = $1 AND s.uri = $4 AND so.id = s.source_id
 		  AND s.state NOT IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN', 'CLOSED')
 		  AND (s.last_notification_gen, s.last_notification_seq) <= ($2::bigint, $3::bigint)
 		RETURNING s.id, s.workflow_id, s.generation, s.state`, n.SourceID, n.SessionGeneration, n.Seq, n.URI)
