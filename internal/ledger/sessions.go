@@ -50,8 +50,11 @@ type LiveSubscription struct {
 // TOMBSTONE_PENDING move to RECONCILIATION_REQUIRED (their notifications may have been lost,
 // and reads of the old session can no longer be accepted); subscriptions whose unsubscribe was
 // in flight or unknown are CLOSED, because the session that carried them is gone (R20). It
-// fails with ErrLeaseLost unless hostQueue holds the source's lease. It returns the new
-// session and every live subscription of the source, to be told SessionChanged.
+// fails with ErrLeaseLost unless hostQueue holds an unexpired lease on the source and the
+// source is not removed (issue 12, defect 6: the WHERE of the generation bump carries the
+// lease, so a host whose lease expired while it was cut off can never open a generation next
+// to the new holder's). It returns the new session and every live subscription of the
+// source, to be told SessionChanged.
 func (s *Store) OpenSession(ctx context.Context, sourceID int64, hostQueue string, caps CapabilityReceipt) (Session, []LiveSubscription, error) {
 	var sess Session
 	var live []LiveSubscription
@@ -59,7 +62,7 @@ func (s *Store) OpenSession(ctx context.Context, sourceID int64, hostQueue strin
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var gen int64
 		err := tx.QueryRow(ctx, `UPDATE sources SET current_generation = current_generation + 1
-			WHERE id = $1 AND host_queue = $2 AND lease_until > now()
+			WHERE id = $1 AND host_queue = $2 AND lease_until > now() AND removed_at IS NULL
 			RETURNING current_generation`, sourceID, hostQueue).Scan(&gen)
 		if err == pgx.ErrNoRows {
 			return fmt.Errorf("source %d, host %s: %w", sourceID, hostQueue, ErrLeaseLost)

@@ -42,6 +42,11 @@ type Source struct {
 	HostQueue         string
 	LeaseUntil        *time.Time
 	CreatedAt         time.Time
+	// DefinitionVersion is bumped whenever the definition changes; a host running an older
+	// version restarts the source's session (issue 12).
+	DefinitionVersion int64
+	// RemovedAt is when the source was removed, if it was: it is never claimed again.
+	RemovedAt *time.Time
 }
 
 // Validate reports a malformed spec with ErrInvalid.
@@ -96,13 +101,14 @@ func (sp SourceSpec) withDefaults() SourceSpec {
 }
 
 const sourceColumns = `id, name, transport, command, coalesce(url, ''), subject, backstop_seconds,
-	poll_seconds, current_generation, coalesce(host_queue, ''), lease_until, created_at, connection`
+	poll_seconds, current_generation, coalesce(host_queue, ''), lease_until, created_at, connection,
+	definition_version, removed_at`
 
 func scanSource(row pgx.Row) (Source, error) {
 	var src Source
 	err := row.Scan(&src.ID, &src.Name, &src.Transport, &src.Command, &src.URL, &src.Subject,
 		&src.BackstopSeconds, &src.PollSeconds, &src.CurrentGeneration, &src.HostQueue,
-		&src.LeaseUntil, &src.CreatedAt, &src.Connection)
+		&src.LeaseUntil, &src.CreatedAt, &src.Connection, &src.DefinitionVersion, &src.RemovedAt)
 	return src, err
 }
 
@@ -176,36 +182,6 @@ func (s *Store) ListSources(ctx context.Context) ([]Source, error) {
 		return nil, fmt.Errorf("ledger: list sources: %w", err)
 	}
 	return out, nil
-}
-
-// ClaimSources gives hostQueue the lease on every source that no live host holds and renews
-// the leases it already holds, each for lease. It returns the sources the host holds now. A
-// lease is taken by one conditional UPDATE, so two hosts never hold the same source.
-func (s *Store) ClaimSources(ctx context.Context, hostQueue string, lease time.Duration) ([]Source, error) {
-	rows, err := s.pool.Query(ctx, `
-		UPDATE sources SET host_queue = $1, lease_until = now() + make_interval(secs => $2)
-		WHERE host_queue IS NULL OR host_queue = $1 OR lease_until IS NULL OR lease_until < now()
-		RETURNING `+sourceColumns, hostQueue, lease.Seconds())
-	if err != nil {
-		return nil, fmt.Errorf("ledger: claim sources: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Source, error) { return scanSource(r) })
-	if err != nil {
-		return nil, fmt.Errorf("ledger: claim sources: %w", err)
-	}
-	slices.SortFunc(out, func(a, b Source) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
-}
-
-// ReleaseSource gives up hostQueue's lease on a source (on shutdown), so another host can take
-// it at once. Releasing a lease the host does not hold does nothing.
-func (s *Store) ReleaseSource(ctx context.Context, sourceID int64, hostQueue string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE sources SET lease_until = NULL, host_queue = NULL
-		WHERE id = $1 AND host_queue = $2`, sourceID, hostQueue)
-	if err != nil {
-		return fmt.Errorf("ledger: release source %d: %w", sourceID, err)
-	}
-	return nil
 }
 
 // sameConnection compares two connections as stored (JSON), so nil and empty lists are equal.

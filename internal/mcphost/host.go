@@ -47,9 +47,17 @@ type Options struct {
 	Queue  string
 	Logger *zap.Logger
 	// Lease is how long a claimed source stays ours without renewal (default 15 s);
-	// ClaimInterval is how often leases are renewed and new sources claimed (default 2 s).
+	// ClaimInterval is how often leases are renewed, sources claimed and shed to spread them
+	// fairly across the live hosts (default 2 s).
 	Lease         time.Duration
 	ClaimInterval time.Duration
+	// RenewGrace is how long the host keeps its sessions when no lease round succeeds (the
+	// ledger is unreachable), counted from the start of the last successful round on the
+	// local monotonic clock; then it closes every session, before the leases can expire and
+	// another host open the sources (issue 12, defect 6). Default and upper bound: Lease/2,
+	// leaving the other half of the lease for the sessions to close. It should be several
+	// ClaimIntervals.
+	RenewGrace time.Duration
 	// ReconnectMin and ReconnectMax bound the jittered reconnect backoff (default 200 ms, 10 s).
 	ReconnectMin, ReconnectMax time.Duration
 	// KeepAlive is the ping interval that detects a peer that stopped answering (default
@@ -74,8 +82,13 @@ type Host struct {
 
 	mu      sync.Mutex
 	conns   map[int64]*Conn
-	running map[int64]context.CancelCauseFunc
+	running map[int64]*runner
 	wg      sync.WaitGroup
+	// renewedAt is when the last successful lease round started (monotonic); watchdog
+	// drops every session RenewGrace after it (checkRenewal); stopped disarms it.
+	renewedAt time.Time
+	watchdog  *time.Timer
+	stopped   bool
 	// changed is closed and replaced whenever a session opens or ends, for waiters.
 	changed chan struct{}
 }
@@ -87,6 +100,9 @@ func New(opts Options) *Host {
 	}
 	if opts.ClaimInterval == 0 {
 		opts.ClaimInterval = 2 * time.Second
+	}
+	if opts.RenewGrace <= 0 || opts.RenewGrace > opts.Lease/2 {
+		opts.RenewGrace = opts.Lease / 2
 	}
 	if opts.ReconnectMin == 0 {
 		opts.ReconnectMin = 200 * time.Millisecond
@@ -108,16 +124,21 @@ func New(opts Options) *Host {
 	}
 	return &Host{
 		opts: opts, log: opts.Logger.Named("mcphost"),
-		conns: map[int64]*Conn{}, running: map[int64]context.CancelCauseFunc{}, changed: make(chan struct{}),
+		conns: map[int64]*Conn{}, running: map[int64]*runner{}, changed: make(chan struct{}),
 	}
 }
 
 // Queue returns the host's task queue.
 func (h *Host) Queue() string { return h.opts.Queue }
 
-// Run claims sources and keeps their sessions alive until ctx ends; then it closes every
-// session, records their end and releases the leases.
+// Run claims sources every ClaimInterval and keeps their sessions alive until ctx ends (see
+// leases.go for the lease rules); then it closes every session, records their end, releases
+// the leases and retires the host's heartbeat.
 func (h *Host) Run(ctx context.Context) error {
+	if h.opts.ClaimInterval >= h.opts.RenewGrace {
+		h.log.Warn("the claim interval is not shorter than the renewal grace: sessions will be dropped between rounds",
+			zap.Duration("claimInterval", h.opts.ClaimInterval), zap.Duration("renewGrace", h.opts.RenewGrace))
+	}
 	tick := time.NewTicker(h.opts.ClaimInterval)
 	defer tick.Stop()
 	for {
@@ -125,11 +146,20 @@ func (h *Host) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			h.mu.Lock()
-			for _, cancel := range h.running {
-				cancel(errHostStopping)
+			h.stopped = true
+			if h.watchdog != nil {
+				h.watchdog.Stop()
+			}
+			for _, r := range h.running {
+				h.stopLocked(r, errHostStopping)
 			}
 			h.mu.Unlock()
 			h.wg.Wait()
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := h.opts.Store.RetireHost(rctx, h.opts.Queue); err != nil {
+				h.log.Warn("retiring the host's heartbeat failed", zap.Error(err))
+			}
 			return nil
 		case <-tick.C:
 		}

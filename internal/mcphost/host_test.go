@@ -404,13 +404,17 @@ func TestOldGenerationNotificationIsOnlyAudited(t *testing.T) {
 	srv.Set(u, "body", "text/plain")
 	src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
 
-	// Host A claims once with a short lease and never renews it, as a host stalled by a
-	// long pause would; its session stays open.
+	// Host A claims once and never renews, as a host stalled by a long pause would; its
+	// session stays open. A host's own watchdog closes its sessions at half the lease (issue
+	// 12), so the lease is long and expired in the ledger directly, as the stall would have.
 	sigA := newRecorder()
-	hostA := f.startHost("host-a", mcphost.Options{Lease: 500 * time.Millisecond, ClaimInterval: time.Hour}, sigA)
+	hostA := f.startHost("host-a", mcphost.Options{Lease: time.Hour, ClaimInterval: time.Hour}, sigA)
 	oldConn := f.waitSession(hostA, src.ID, 0)
 	oldSeq := srv.Sessions()[0].Seq
 	sub := f.activeSub(src.ID, u, oldConn.Generation())
+	if _, err := f.store.Pool().Exec(f.ctx, `UPDATE sources SET lease_until = now() WHERE id = $1`, src.ID); err != nil {
+		t.Fatal(err)
+	}
 
 	sigB := newRecorder()
 	hostB := f.startHost("host-b", mcphost.Options{}, sigB)

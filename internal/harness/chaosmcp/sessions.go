@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -35,7 +36,8 @@ type session struct {
 	epoch    int
 	protocol string
 	caps     Capabilities
-	listener string // the HTTP listener the session arrived on, if any
+	listener string    // the HTTP listener the session arrived on, if any
+	lastSeen time.Time // when the session's latest message arrived
 	subs     map[string]bool
 	closing  chan struct{} // closed when the server ends the session
 	scans    map[ListKind]*scanState
@@ -134,6 +136,7 @@ func (s *Server) dropSession(ss *mcp.ServerSession) {
 // receivingMiddleware is the fault layer for requests.
 func (s *Server) receivingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		s.touch(req)
 		switch method {
 		case methodInitialize:
 			return s.initialize(ctx, method, req, next)
@@ -186,6 +189,8 @@ func (s *Server) initialize(ctx context.Context, method string, req mcp.Request,
 	}
 	s.sessions[ss] = sess
 	s.stats.SessionsStarted++
+	sess.lastSeen = time.Now()
+	s.countListenerLocked(listener)
 	caps := &mcp.ServerCapabilities{Resources: &mcp.ResourceCapabilities{
 		Subscribe: sess.caps.Subscribe, ListChanged: sess.caps.ListChanged,
 	}}
@@ -317,3 +322,56 @@ func closeOnce(ch chan struct{}) {
 		close(ch)
 	}
 }
+
+// touch records that a message of the request's session arrived now (see CloseIdleSessions).
+func (s *Server) touch(req mcp.Request) {
+	ss, ok := req.GetSession().(*mcp.ServerSession)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess := s.sessions[ss]; sess != nil {
+		sess.lastSeen = time.Now()
+	}
+}
+
+// countListenerLocked updates the most sessions ever live at once on an HTTP listener, after
+// one more session initialized on it.
+func (s *Server) countListenerLocked(listener string) {
+	if listener == "" {
+		return
+	}
+	live := 0
+	for _, sess := range s.sessions {
+		if sess.listener == listener {
+			live++
+		}
+	}
+	if s.stats.MaxLiveByListener == nil {
+		s.stats.MaxLiveByListener = map[string]int{}
+	}
+	s.stats.MaxLiveByListener[listener] = max(s.stats.MaxLiveByListener[listener], live)
+}
+
+// CloseIdleSessions ends every live session from which no message (a request, a ping, a
+// notification) arrived for idle, as a server with a session timeout would, and returns how
+// many it ended. A test calls it periodically so that the session of a client that died
+// without closing it (SIGKILL) stops counting as live; a client that keeps pinging more often
+// than idle is never ended.
+func (s *Server) CloseIdleSessions(idle time.Duration) int {
+	n := 0
+	s.closeSessions(func(sess *session) bool {
+		if time.Since(sess.lastSeen) >= idle {
+			n++
+			return true
+		}
+		return false
+	})
+	return n
+}
+
+// ListenerID names the HTTP listener, as used in [Stats.LiveByListener] and
+// [Stats.MaxLiveByListener]. A test that gives each source its own listener counts the live
+// sessions of each source.
+func (h *HTTPServer) ListenerID() string { return h.listener }

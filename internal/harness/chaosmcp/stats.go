@@ -37,6 +37,11 @@ type Stats struct {
 	UnsubscribesUnanswered int
 	// Subscriptions is the live number of subscribed sessions per URI.
 	Subscriptions map[string]int
+	// LiveByListener is the live number of sessions per HTTP listener
+	// ([HTTPServer.ListenerID]); MaxLiveByListener is the most that were ever live at once on
+	// each listener, counted whenever a session initializes. With one listener per source,
+	// a value above 1 means two clients held sessions of one source at the same time.
+	LiveByListener, MaxLiveByListener map[string]int
 }
 
 // Epoch returns the number of restarts so far.
@@ -63,7 +68,15 @@ func (s *Server) statsLocked() Stats {
 	}
 	st.Subscriptions = map[string]int{}
 	st.UpdatesHeld = 0
+	st.LiveByListener = map[string]int{}
+	st.MaxLiveByListener = make(map[string]int, len(s.stats.MaxLiveByListener))
+	for k, v := range s.stats.MaxLiveByListener {
+		st.MaxLiveByListener[k] = v
+	}
 	for _, sess := range s.sessions {
+		if sess.listener != "" {
+			st.LiveByListener[sess.listener]++
+		}
 		for u := range sess.subs {
 			st.Subscriptions[u]++
 		}

@@ -307,10 +307,15 @@ func TestFaultOldSessionNotification(t *testing.T) {
 	}
 	t.Cleanup(func() { h.Close() })
 	s.mustCLI("source", "add", "old", "--url", h.URL)
-	s.startWorker("host-a", func(o *mcphost.Options) { o.ClaimInterval, o.Lease = time.Hour, 2*time.Second })
+	// Host A never renews. Its own watchdog would close its session at half the lease (issue
+	// 12), so the lease is long and expired in the ledger directly, as a long stall would.
+	s.startWorker("host-a", func(o *mcphost.Options) { o.ClaimInterval, o.Lease = time.Hour, time.Hour })
 	s.mustCLI("subscribe", "old", "demo://notes/1")
 	s.waitDigest("old", "demo://notes/1", ledger.Digest([]byte("v1")))
 	aSeq := srv.Sessions()[0].Seq
+	if _, err := s.st.Pool().Exec(s.ctx, `UPDATE sources SET lease_until = now() WHERE name = 'old'`); err != nil {
+		t.Fatal(err)
+	}
 	s.startWorker("host-b")
 	eventually(t, 30*time.Second, "host B took over with generation 2, re-subscribed and re-read", func() (bool, string) {
 		sub := s.sub("old", "demo://notes/1")
