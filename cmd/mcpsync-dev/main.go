@@ -3,11 +3,14 @@
 // private PostgreSQL cluster under --data-dir/pg started from the machine's PostgreSQL
 // binaries. It prints one "mcpsync-dev ready: ..." line when everything answers and writes the
 // same facts to <data-dir>/dev.env as shell KEY=VALUE lines (TEMPORAL_ADDRESS, DATABASE_URL,
-// TEMPORAL_UI, TEMPORAL_NAMESPACE). SIGINT or SIGTERM stops the UI, Temporal and PostgreSQL in
-// that order; restarting over the same --data-dir keeps all data. With --parent-pid it stops the
-// same way when that process exits (scripts/run.sh passes its own PID, so that killing the
-// script never leaves mcpsync-dev holding its ports). A port already in use is reported in one
-// line naming the process that holds it and how to stop it.
+// TEMPORAL_UI, TEMPORAL_NAMESPACE), mode 0600: the private cluster trusts nobody, and its
+// password, generated afresh at every start, is in DATABASE_URL there and nowhere else
+// (issue 14 item 3); what is printed or logged shows it masked. SIGINT or SIGTERM stops the
+// UI, Temporal and PostgreSQL in that order; restarting over the same --data-dir keeps all
+// data. With --parent-pid it stops the same way when that process exits (scripts/run.sh
+// passes its own PID, so that killing the script never leaves mcpsync-dev holding its ports).
+// A port already in use is reported in one line naming the process that holds it and how to
+// stop it.
 //
 // Exit codes: 0 after a clean stop, 1 on failure, 2 on bad flags.
 package main
@@ -17,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -27,11 +31,12 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
+	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/internal/parentwatch"
+	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
 const host = "127.0.0.1"
@@ -51,16 +56,16 @@ func run() int {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	level, err := zapcore.ParseLevel(*logLevel)
+	log, err := logging.New(*logLevel)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "mcpsync-dev: bad --log-level %q: %v\n", *logLevel, err)
+		fmt.Fprintf(os.Stderr, "mcpsync-dev: bad --log-level: %v\n", err)
 		return 2
 	}
+	level := log.Level()
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "mcpsync-dev: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	log := newLogger(level)
 	defer log.Sync() //nolint:errcheck
 
 	// Signals are caught from here on; a second one after shutdown began kills the process.
@@ -71,7 +76,7 @@ func run() int {
 	defer stopWatch()
 
 	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "mcpsync-dev:", describe(err))
+		fmt.Fprintln(os.Stderr, "mcpsync-dev:", redact.Text(describe(err)))
 		return 1
 	}
 	began := time.Now()
@@ -89,11 +94,16 @@ func run() int {
 		if err := pgcluster.EnsureInstalled(ctx, log); err != nil {
 			return fail(fmt.Errorf("%w (or set DATABASE_URL to use an existing PostgreSQL server)", err))
 		}
+		password, err := pgcluster.NewPassword()
+		if err != nil {
+			return fail(err)
+		}
 		pg, err = pgcluster.Start(ctx, pgcluster.Options{
-			DataDir: filepath.Join(*dataDir, "pg"),
-			Host:    host,
-			Port:    *pgPort,
-			Logger:  log.Named("pg"),
+			DataDir:  filepath.Join(*dataDir, "pg"),
+			Host:     host,
+			Port:     *pgPort,
+			Logger:   log.Named("pg"),
+			Password: password,
 		})
 		if err != nil {
 			return fail(err)
@@ -131,7 +141,7 @@ func run() int {
 	defer os.Remove(envFile) // its facts end with this process
 
 	log.Info("started", zap.Duration("startup", time.Since(began)))
-	fmt.Printf("mcpsync-dev ready: temporal=%s ui=%s database=%s\n", tmp.FrontendAddress(), tmp.UIURL(), databaseURL)
+	fmt.Printf("mcpsync-dev ready: temporal=%s ui=%s database=%s (full URL in %s)\n", tmp.FrontendAddress(), tmp.UIURL(), redact.DSN(databaseURL), envFile)
 
 	var pgDone <-chan struct{}
 	if pg != nil {
@@ -150,18 +160,6 @@ func run() int {
 		stopSignals()
 		return fail(fmt.Errorf("PostgreSQL exited unexpectedly: %v", pg.ExitError()))
 	}
-}
-
-func newLogger(level zapcore.Level) *zap.Logger {
-	cfg := zap.NewDevelopmentConfig()
-	cfg.Level = zap.NewAtomicLevelAt(level)
-	cfg.DisableStacktrace = true
-	cfg.DisableCaller = true
-	log, err := cfg.Build()
-	if err != nil {
-		return zap.NewNop()
-	}
-	return log
 }
 
 func stopPostgres(pg *pgcluster.Cluster) {
@@ -246,7 +244,8 @@ func describe(err error) string {
 	return err.Error()
 }
 
-// writeEnv writes KEY=VALUE lines, atomically, that a POSIX shell can source (and make can
+// writeEnv writes KEY=VALUE lines, atomically and readable by this OS user only (mode 0600:
+// DATABASE_URL carries the database password), that a POSIX shell can source (and make can
 // include): a value is single-quoted only when a shell would otherwise misread it.
 func writeEnv(path string, vars [][2]string) error {
 	var b strings.Builder
@@ -258,7 +257,23 @@ func writeEnv(path string, vars [][2]string) error {
 		fmt.Fprintf(&b, "%s=%s\n", kv[0], v)
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	// A leftover temporary file may have other permissions, which WriteFile would keep.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = f.WriteString(b.String())
+	if err == nil {
+		err = f.Chmod(0o600) // umask only narrows 0600; a default ACL or a setgid directory could widen it
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -111,5 +112,39 @@ func TestPortHeldByChildOfLeftover(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not contain %q", msg, want)
 		}
+	}
+}
+
+// dev.env holds DATABASE_URL with the dev database's password: it is written readable by its
+// owner only (mode 0600), even over an earlier file or a leftover temporary file that was
+// world-readable, and it still reads back in a POSIX shell (issue 14 item 3).
+func TestDevEnvFileMode(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "dev.env")
+	for _, leftover := range []string{path, path + ".tmp"} {
+		if err := os.WriteFile(leftover, []byte("OLD=1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const url = "postgres://postgres:p4ss-w0rd_x@127.0.0.1:55432/mcpsync?sslmode=disable"
+	if err := writeEnv(path, [][2]string{{"DATABASE_URL", url}, {"TEMPORAL_ADDRESS", "127.0.0.1:7233"}}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != 0o600 {
+		t.Errorf("dev.env mode %o, want 600", got)
+	}
+	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
+		t.Errorf("temporary file left behind: %v", err)
+	}
+	out, err := exec.Command("sh", "-c", `. "$1" && printf %s "$DATABASE_URL"`, "sh", path).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != url {
+		t.Errorf("sourced DATABASE_URL = %q, want %q", out, url)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
 // Env is what a command runs with. Zero fields are filled from the environment.
@@ -108,7 +109,7 @@ func Run(ctx context.Context, env Env, args []string) ExitCode {
 		return ExitOK
 	}
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "mcpsync %s: %s\n", name, visible(oneLine(err.Error())))
+		fmt.Fprintf(env.Stderr, "mcpsync %s: %s\n", name, visible(oneLine(redact.Text(err.Error()))))
 	}
 	return exitCodeOf(err)
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
 	"github.com/mcpsync/mcpsync/dbschema"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
 // runEnv carries lazily opened connections. A command validates all of its input before it
@@ -26,15 +28,22 @@ func (e *runEnv) store(ctx context.Context) (*ledger.Store, error) {
 	if e.Store != nil {
 		return e.Store, nil
 	}
+	// DATABASE_URL carries the ledger's password: no message quotes it unmasked (issue 14
+	// item 3), so errors are passed through redact.Err (pgx quotes the string it could not
+	// parse, masking only what it recognises).
 	pool, err := pgxpool.New(ctx, e.Config.DatabaseURL)
 	if err != nil {
-		return nil, usageErr("DATABASE_URL %q: %v", e.Config.DatabaseURL, err)
+		return nil, usageErr("DATABASE_URL is malformed: %v", redact.Err(err))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("ledger database unreachable (%v); is mcpsync-dev running? (make run) or set DATABASE_URL", err)
+		if authFailed(err) {
+			return nil, fmt.Errorf("ledger database refused the credentials of DATABASE_URL %s (%v); for mcpsync-dev's database, load its generated password: set -a; . .data/dev.env; set +a",
+				redact.DSN(e.Config.DatabaseURL), redact.Err(err))
+		}
+		return nil, fmt.Errorf("ledger database unreachable (%v); is mcpsync-dev running? (make run) or set DATABASE_URL", redact.Err(err))
 	}
 	// The schema must be exactly the one this build speaks: mcpsync-worker applies migrations
 	// at start, and a CLI racing it (or older or newer than it) must not half-work.
@@ -59,6 +68,13 @@ func (e *runEnv) store(ctx context.Context) (*ledger.Store, error) {
 	e.pool = pool
 	e.Store = ledger.New(pool)
 	return e.Store, nil
+}
+
+// authFailed reports whether err is PostgreSQL refusing the connection's credentials
+// (invalid_password, invalid_authorization_specification).
+func authFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000")
 }
 
 // temporal dials Temporal (once).

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
+	"github.com/mcpsync/mcpsync/internal/redact"
 	"github.com/mcpsync/mcpsync/internal/searchattr"
 	"github.com/mcpsync/mcpsync/workflows"
 )
@@ -75,14 +75,14 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("database %q: %w", redact(cfg.DatabaseURL), err)
+		return nil, fmt.Errorf("DATABASE_URL is malformed: %w", redact.Err(err))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = pool.Ping(pctx)
 	cancel()
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("database %s unreachable: %w", redact(cfg.DatabaseURL), err)
+		return nil, fmt.Errorf("database %s unreachable: %w", redact.DSN(cfg.DatabaseURL), redact.Err(err))
 	}
 	if applied, err := dbschema.Apply(ctx, pool); err != nil {
 		pool.Close()
@@ -169,16 +169,4 @@ func (w *Worker) close() {
 		w.Client.Close()
 	}
 	w.pool.Close()
-}
-
-func redact(url string) string {
-	if i := strings.Index(url, "@"); i > 0 {
-		if j := strings.Index(url, "://"); j > 0 && j < i {
-			user := url[j+3 : i]
-			if k := strings.Index(user, ":"); k >= 0 {
-				return url[:j+3] + user[:k] + ":***" + url[i:]
-			}
-		}
-	}
-	return url
 }

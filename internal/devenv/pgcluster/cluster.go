@@ -27,10 +27,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
+
+	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
-// Superuser is the database superuser created by initdb; connections authenticate as it with
-// trust authentication, which is safe only because the server listens on loopback.
+// Superuser is the database superuser created by initdb. Without Options.Password, connections
+// authenticate as it with trust authentication (test clusters only: any local process could
+// connect); with it, TCP connections need the password (scram-sha-256).
 const Superuser = "postgres"
 
 // DefaultDatabase is the application database Start creates when Options.Database is empty.
@@ -83,6 +86,13 @@ type Options struct {
 	// StartTimeout bounds how long Start waits for the server to accept connections
 	// (default 60 s).
 	StartTimeout time.Duration
+	// Password, when set, turns trust off (issue 14 item 3): at every start pg_hba.conf is
+	// rewritten so that TCP connections need scram-sha-256 and the Unix socket admits only
+	// this process's OS user (peer authentication), through which Start sets Superuser's
+	// password to Password; URL and AdminURL then carry it. A cluster made earlier with trust
+	// is converted on its next start with a Password. Empty: trust, as initdb made it (meant
+	// for test clusters on loopback). NewPassword makes a good one.
+	Password string
 }
 
 // Cluster is a running PostgreSQL server started by Start. Its methods are safe for concurrent
@@ -94,6 +104,7 @@ type Cluster struct {
 	database   string
 	dataDir    string
 	sockDir    string
+	password   string // Options.Password
 	ownSockDir bool   // sockDir was made by Start for the socket alone: remove it after exit
 	privateDir string // when the data was relocated: the private directory under /tmp holding it
 	cmd        *exec.Cmd
@@ -158,6 +169,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		host:     opts.Host,
 		port:     opts.Port,
 		database: opts.Database,
+		password: opts.Password,
 		dataDir:  requested,
 		done:     make(chan struct{}),
 		out:      newLineLog(log.Named("postgres"), 40),
@@ -206,6 +218,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.initdb(ctx, bins, runAs, opts.NoFsync); err != nil {
 		return fail(err)
 	}
+	if c.password != "" {
+		osUser, err := currentOSUser()
+		if err != nil {
+			return fail(err)
+		}
+		if err := writeAuthConfig(c.dataDir, osUser, runAs); err != nil {
+			return fail(err)
+		}
+	}
 	if err := c.spawn(bins, runAs, opts); err != nil {
 		return fail(err)
 	}
@@ -213,18 +234,24 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.kill()
 		return fail(err)
 	}
+	if c.password != "" {
+		if err := c.setPassword(ctx); err != nil {
+			c.kill()
+			return fail(err)
+		}
+	}
 	if err := c.createDatabase(ctx); err != nil {
 		c.kill()
 		return fail(err)
 	}
-	log.Info("PostgreSQL ready", zap.String("url", c.URL()), zap.String("data_dir", c.dataDir), zap.Int("pid", c.PID()))
+	log.Info("PostgreSQL ready", zap.String("url", redact.DSN(c.URL())), zap.Bool("password", c.password != ""), zap.String("data_dir", c.dataDir), zap.Int("pid", c.PID()))
 	return c, nil
 }
 
 func (c *Cluster) createDatabase(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, c.AdminURL())
+	conn, err := pgx.Connect(ctx, c.adminConnString())
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", c.AdminURL(), err)
+		return fmt.Errorf("connect to %s: %w", redact.DSN(c.adminConnString()), redact.Err(err))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var exists bool
@@ -351,22 +378,40 @@ func (c *Cluster) Relocated() bool { return c.privateDir != "" }
 func (c *Cluster) SocketDir() string { return c.sockDir }
 
 // URL is the connection URL of the application database, e.g.
-// postgres://postgres@127.0.0.1:55432/mcpsync?sslmode=disable.
+// postgres://postgres@127.0.0.1:55432/mcpsync?sslmode=disable, with the password in the
+// userinfo when Options.Password is set (mask it with redact.DSN before showing it).
 func (c *Cluster) URL() string { return c.urlFor(c.database) }
 
 // AdminURL is the connection URL of the `postgres` maintenance database, for creating and
-// dropping databases.
+// dropping databases (with the password, like URL).
 func (c *Cluster) AdminURL() string { return c.urlFor("postgres") }
 
 func (c *Cluster) urlFor(db string) string {
 	u := url.URL{
 		Scheme:   "postgres",
-		User:     url.User(Superuser),
+		User:     c.userinfo(),
 		Host:     net.JoinHostPort(c.host, strconv.Itoa(c.port)),
 		Path:     "/" + db,
 		RawQuery: "sslmode=disable",
 	}
 	return u.String()
+}
+
+func (c *Cluster) userinfo() *url.Userinfo {
+	if c.password != "" {
+		return url.UserPassword(Superuser, c.password)
+	}
+	return url.User(Superuser)
+}
+
+// adminConnString is how Start itself connects to the maintenance database: over TCP with
+// trust, or over the Unix socket by peer authentication when the cluster has a password
+// (which Start sets only once connected).
+func (c *Cluster) adminConnString() string {
+	if c.password != "" {
+		return c.socketConnString("postgres")
+	}
+	return c.AdminURL()
 }
 
 // checkPortFree fails with a *PortInUseError when host:port cannot be bound.

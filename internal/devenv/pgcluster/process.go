@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
 func childEnv() []string {
@@ -32,7 +34,12 @@ func (c *Cluster) initdb(ctx context.Context, bins Binaries, runAs *osUser, noSy
 		c.log.Info("reusing PostgreSQL data directory", zap.String("data_dir", c.dataDir))
 		return nil
 	}
-	args := []string{"-D", c.dataDir, "-U", Superuser, "-A", "trust", "-E", "UTF8", "--locale=C"}
+	auth := []string{"-A", "trust"}
+	if c.password != "" {
+		// Replaced by writeAuthConfig before the server first starts; nothing is trusted.
+		auth = []string{"--auth-local=peer", "--auth-host=reject"}
+	}
+	args := append([]string{"-D", c.dataDir, "-U", Superuser, "-E", "UTF8", "--locale=C"}, auth...)
 	if noSync {
 		args = append(args, "--no-sync")
 	}
@@ -104,7 +111,7 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 	delay := 20 * time.Millisecond
 	for {
 		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(attempt, c.AdminURL())
+		conn, err := pgx.Connect(attempt, c.adminConnString())
 		cancelAttempt()
 		if err == nil {
 			_ = conn.Close(ctx)
@@ -115,7 +122,7 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 			return fmt.Errorf("postgres exited before accepting connections (%v); its output:\n%s", c.exitErr, c.out.Tail())
 		case <-ctx.Done():
 			return fmt.Errorf("postgres did not accept connections on %s:%d within %s (last error: %v); its output:\n%s",
-				c.host, c.port, timeout, err, c.out.Tail())
+				c.host, c.port, timeout, redact.Err(err), c.out.Tail())
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 250*time.Millisecond)

@@ -31,6 +31,7 @@ import (
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
+	"github.com/mcpsync/mcpsync/internal/redact"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
@@ -147,14 +148,14 @@ func (s *Stack) createDatabase(ctx context.Context, admin string) (string, error
 func createDatabase(ctx context.Context, admin string) (string, string, error) {
 	u, err := url.Parse(admin)
 	if err != nil {
-		return "", "", fmt.Errorf("admin URL %q: %w", admin, err)
+		return "", "", fmt.Errorf("admin URL %q: %w", redact.DSN(admin), redact.Err(err))
 	}
 	var rnd [5]byte
 	_, _ = rand.Read(rnd[:])
 	name := "stack_" + hex.EncodeToString(rnd[:])
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		return "", "", fmt.Errorf("connect %s: %w", admin, err)
+		return "", "", fmt.Errorf("connect %s: %w", redact.DSN(admin), redact.Err(err))
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
