@@ -7,7 +7,7 @@ RUNCMDS := mcpsync:./starter mcpsync-worker:./worker mcpsync-dev:./cmd/mcpsync-d
 CMDS    := $(RUNCMDS) mcpsync-gate:./cmd/mcpsync-gate
 SHUFFLES ?= 100000
 
-.PHONY: all build build-run run test bench gate fmt vet deps clean
+.PHONY: all build build-run run test bench gate fmt vet deps clean conformance
 
 all: build
 
@@ -42,6 +42,12 @@ gate: build
 ## test: the whole test suite with a go test summary
 test:
 	@scripts/test.sh
+
+## conformance: the official MCP conformance suite's client auth/* scenarios (npm
+## @modelcontextprotocol/conformance 0.1.16 with Node 22, installed in testdata/conformance when
+## missing) against mcpsync source login/check; prints scenario -> pass/FAIL (issue 14 item 9)
+conformance:
+	@scripts/conformance.sh
 
 ## bench: the benchmarks, one after another, each printing its own result:
 ## Throughput: notification → accepted version throughput and p50/p99 latency over 1,000

@@ -32,6 +32,8 @@ type sourceFlags struct {
 	oauth, oauthClientID        *string
 	oauthSecretEnv, oauthSecret *string
 	oauthScopes, oauthTokenFile *string
+	oauthClientMetadataURL      *string
+	oauthClientKeyFile          *string
 }
 
 // sourceFlagsUsage is the flag part of the usage line of the commands that take sourceFlags.
@@ -60,6 +62,8 @@ func newSourceFlags(fs *flag.FlagSet, usage string) *sourceFlags {
 	f.oauthSecret = fs.String("oauth-client-secret-file", "", "file holding the OAuth client secret")
 	f.oauthScopes = fs.String("oauth-scopes", "", "OAuth scopes to request, space- or comma-separated")
 	f.oauthTokenFile = fs.String("oauth-token-file", "", "file (mode 0600) that keeps the authorization-code flow's tokens")
+	f.oauthClientKeyFile = fs.String("oauth-client-key-file", "", "PEM private key (EC P-256 or RSA) for private_key_jwt client authentication (client credentials)")
+	f.oauthClientMetadataURL = fs.String("oauth-client-metadata-url", "", "https URL of the client ID metadata document used as client ID where the server supports it (authorization code)")
 	return f
 }
 
@@ -163,13 +167,14 @@ func (f *sourceFlags) connection(c *ledger.Connection) error {
 	c.CertFile = abs("cert-file", *f.certFile)
 	c.KeyFile = abs("key-file", *f.keyFile)
 	c.Cwd = abs("cwd", *f.cwd)
-	oauthSet := *f.oauthClientID != "" || *f.oauthSecretEnv != "" || *f.oauthSecret != "" || *f.oauthScopes != "" || *f.oauthTokenFile != ""
+	oauthSet := *f.oauthClientID != "" || *f.oauthSecretEnv != "" || *f.oauthSecret != "" || *f.oauthScopes != "" || *f.oauthTokenFile != "" || *f.oauthClientMetadataURL != "" || *f.oauthClientKeyFile != ""
 	switch {
 	case *f.oauth == "" && oauthSet:
 		return usageErr("--oauth-* flags need --oauth client_credentials or --oauth authorization_code")
 	case *f.oauth != "":
 		o := &ledger.OAuthConfig{Flow: *f.oauth, ClientID: *f.oauthClientID, ClientSecretEnv: *f.oauthSecretEnv,
-			ClientSecretFile: abs("oauth-client-secret-file", *f.oauthSecret), TokenFile: abs("oauth-token-file", *f.oauthTokenFile)}
+			ClientSecretFile: abs("oauth-client-secret-file", *f.oauthSecret), TokenFile: abs("oauth-token-file", *f.oauthTokenFile),
+			ClientMetadataURL: *f.oauthClientMetadataURL, ClientKeyFile: abs("oauth-client-key-file", *f.oauthClientKeyFile)}
 		o.Scopes = strings.FieldsFunc(*f.oauthScopes, func(r rune) bool { return r == ' ' || r == ',' })
 		if len(o.Scopes) == 0 {
 			o.Scopes = nil

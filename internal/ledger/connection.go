@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -88,6 +89,12 @@ type OAuthConfig struct {
 	// TokenFile keeps the tokens of the authorization-code flow (mode 0600), written by
 	// `mcpsync source login` and refreshed by the worker.
 	TokenFile string `json:"tokenFile,omitempty"`
+	// ClientMetadataURL is the client's ID as a client ID metadata document URL (an https URL
+	// with a path), used by `source login` when the authorization server supports them.
+	ClientMetadataURL string `json:"clientMetadataUrl,omitempty"`
+	// ClientKeyFile is a PEM private key (EC P-256 or RSA) with which a client-credentials
+	// client authenticates by a signed JWT (private_key_jwt, RFC 7523) instead of a secret.
+	ClientKeyFile string `json:"clientKeyFile,omitempty"`
 }
 
 // MaxSourceNameBytes bounds a source name (it becomes part of workflow IDs).
@@ -174,6 +181,9 @@ func (c Connection) validate(name, transport string) error {
 		if v.FromEnv != "" && !envNameRE.MatchString(v.FromEnv) {
 			return bad("--env %s=env:%s: %q is not an environment variable name", v.Name, v.FromEnv, v.FromEnv)
 		}
+		if v.FromEnv != "" && IsReservedWorkerVar(v.FromEnv) {
+			return bad("--env %s=env:%s: a stdio child may not receive the worker's configuration variables (DATABASE_URL, TEMPORAL_*, MCPSYNC_*, PG*)", v.Name, v.FromEnv)
+		}
 		if names[v.Name] {
 			return bad("--env %s given twice", v.Name)
 		}
@@ -201,10 +211,26 @@ func (o OAuthConfig) validate() error {
 	if o.ClientSecretEnv != "" && o.ClientSecretFile != "" {
 		return fmt.Errorf("give --oauth-client-secret-env or --oauth-client-secret-file, not both")
 	}
+	if o.ClientKeyFile != "" {
+		if o.Flow != OAuthClientCredentials {
+			return fmt.Errorf("--oauth-client-key-file applies to --oauth %s only", OAuthClientCredentials)
+		}
+		if o.ClientSecretEnv != "" || o.ClientSecretFile != "" {
+			return fmt.Errorf("give a client secret or --oauth-client-key-file, not both")
+		}
+	}
 	if o.ClientSecretEnv != "" && !envNameRE.MatchString(o.ClientSecretEnv) {
 		return fmt.Errorf("--oauth-client-secret-env %q is not an environment variable name", o.ClientSecretEnv)
 	}
-	for _, p := range []string{o.ClientSecretFile, o.TokenFile} {
+	if o.ClientMetadataURL != "" {
+		if o.Flow != OAuthAuthorizationCode {
+			return fmt.Errorf("--oauth-client-metadata-url applies to --oauth %s only", OAuthAuthorizationCode)
+		}
+		if u, err := url.Parse(o.ClientMetadataURL); err != nil || u.Scheme != "https" || u.Host == "" || strings.Trim(u.Path, "/") == "" || u.User != nil {
+			return fmt.Errorf("--oauth-client-metadata-url %q must be an https URL with a path", redact.URL(o.ClientMetadataURL))
+		}
+	}
+	for _, p := range []string{o.ClientSecretFile, o.TokenFile, o.ClientKeyFile} {
 		if p != "" && !filepath.IsAbs(p) {
 			return fmt.Errorf("OAuth file %q must be an absolute path (the worker resolves it)", p)
 		}
@@ -218,4 +244,13 @@ func (c Connection) EffectiveMaxBytes() int64 {
 		return DefaultMaxBytes
 	}
 	return c.MaxBytes
+}
+
+// IsReservedWorkerVar reports whether name is one of the worker's own configuration
+// variables, which hold the ledger's and Temporal's credentials: a stdio child never gets them,
+// declared or not (DATABASE_URL, TEMPORAL_*, MCPSYNC_*, and libpq's PG* that reach the same
+// database).
+func IsReservedWorkerVar(name string) bool {
+	return name == "DATABASE_URL" || strings.HasPrefix(name, "TEMPORAL_") || strings.HasPrefix(name, "MCPSYNC_") ||
+		strings.HasPrefix(name, "PG")
 }
