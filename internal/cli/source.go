@@ -29,11 +29,14 @@ type sourceJSON struct {
 	HostQueue         string     `json:"hostQueue,omitempty"`
 	LeaseUntil        *time.Time `json:"leaseUntil,omitempty"`
 	Created           bool       `json:"created,omitempty"`
+	// Health is the source's session state, generation, era, reconnects and last error
+	// (source list, source show; issue 14, item 2).
+	Health *healthJSON `json:"health,omitempty"`
 }
 
 func toSourceJSON(s ledger.Source) sourceJSON {
 	return sourceJSON{
-		Name: s.Name, Transport: s.Transport, Command: s.Command, URL: redactURL(s.URL), Subject: s.Subject,
+		Name: s.Name, Transport: s.Transport, Command: redact.Args(s.Command), URL: redactURL(s.URL), Subject: s.Subject,
 		BackstopSeconds: s.BackstopSeconds, PollSeconds: s.PollSeconds,
 		CurrentGeneration: s.CurrentGeneration, HostQueue: s.HostQueue, LeaseUntil: s.LeaseUntil,
 	}
@@ -56,7 +59,7 @@ func sourceAdd(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	src, created, err := st.AddSource(ctx, spec)
+	src, created, err := addSource(ctx, st, spec) // a removed source's name brings it back (source_lifecycle.go)
 	if err != nil {
 		return err
 	}
@@ -77,7 +80,7 @@ func target(s ledger.Source) string {
 	if s.Transport == ledger.TransportHTTP {
 		return redactURL(s.URL)
 	}
-	return JoinCommand(s.Command)
+	return JoinCommand(redact.Args(s.Command))
 }
 
 func sourceList(ctx context.Context, e *runEnv, args []string) error {
@@ -94,24 +97,41 @@ func sourceList(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		out := make([]sourceJSON, 0, len(srcs))
-		for _, s := range srcs {
-			out = append(out, toSourceJSON(s))
+	health, err := st.SourcesHealth(ctx)
+	if err != nil {
+		return err
+	}
+	out := make([]sourceJSON, 0, len(srcs))
+	for _, s := range srcs {
+		j := toSourceJSON(s)
+		if h, ok := health[s.ID]; ok {
+			j.Health = toHealthJSON(h)
+		} else { // added after the health query
+			j.Health = &healthJSON{Generation: s.CurrentGeneration}
 		}
+		out = append(out, j)
+	}
+	if *asJSON {
 		return writeJSON(e.Stdout, out)
 	}
+	now := time.Now()
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tTRANSPORT\tTARGET\tSUBJECT\tGENERATION\tHOST")
-	for _, s := range srcs {
+	fmt.Fprintln(tw, "NAME\tTRANSPORT\tTARGET\tSUBJECT\tSTATE\tGEN\tERA\tRECONNECTS\tHOST\tLAST ERROR")
+	for i, s := range srcs {
 		host := "-"
-		if s.HostQueue != "" && s.LeaseUntil != nil && s.LeaseUntil.After(time.Now()) {
+		if s.HostQueue != "" && s.LeaseUntil != nil && s.LeaseUntil.After(now) {
 			host = s.HostQueue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", visible(s.Name), s.Transport, visible(target(s)), visible(s.Subject), s.CurrentGeneration, visible(host))
+		h := out[i].Health
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", visible(s.Name), s.Transport, visible(target(s)),
+			visible(s.Subject), h.stateText(), h.Generation, visible(orDash(h.Era)), h.Reconnects, visible(host),
+			h.errorText(now, listErrorWidth))
 	}
 	return tw.Flush()
 }
+
+// listErrorWidth is how many characters of a source's last error source list shows.
+const listErrorWidth = 72
 
 // SplitCommand splits a command line into argv like a POSIX shell would for words: blanks
 // separate words, single quotes keep everything literally, double quotes keep blanks and allow

@@ -43,12 +43,21 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if src.RemovedAt != nil {
+		return removedErr(src)
+	}
 	if err := st.CheckGrant(ctx, *principal, src.ID); err != nil {
 		return deniedErr(err)
 	}
 	tc, err := e.temporal(ctx)
 	if err != nil {
 		return err
+	}
+	if *wait > 0 {
+		// Nothing would ever run the workflow: say so now instead of after the whole wait.
+		if err := requireWorker(ctx, tc, time.Now()); err != nil {
+			return err
+		}
 	}
 	wfID := contract.SubscriptionWorkflowID(*principal, src.Name, norm)
 	// A CLOSED row (unsubscribed, or its resource deleted) is the previous generation: the run
@@ -84,6 +93,9 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 		}
 		fmt.Fprintf(e.Stdout, "subscription workflow %s started (run %s)\n", wfID, run.GetRunID())
 		return nil
+	}
+	if errors.Is(err, ledger.ErrNotFound) {
+		return fmt.Errorf("workflow %s has not written its subscription to the ledger after %s; is mcpsync-worker healthy?", wfID, *wait)
 	}
 	if err != nil {
 		return err
@@ -271,6 +283,8 @@ type statusJSON struct {
 	// longest a change can go unseen while the session is live: one refresh period plus jitter.
 	Refresh               string `json:"refresh,omitempty"`
 	StalenessBoundSeconds int    `json:"stalenessBoundSeconds,omitempty"`
+	// SourceHealth is the health of the subscription's source (status only; issue 14, item 2).
+	SourceHealth *healthJSON `json:"sourceHealth,omitempty"`
 }
 
 func statusOf(ctx context.Context, st *ledger.Store, s ledger.Subscription) statusJSON {
@@ -318,11 +332,15 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The sources shown, in order, each with its health line (issue 14, item 2).
+	var shown []ledger.Source
 	if len(pos) >= 1 {
-		if _, err := sourceNamed(ctx, st, pos[0]); err != nil {
+		src, err := sourceNamed(ctx, st, pos[0])
+		if err != nil {
 			return err
 		}
 		f.Source = pos[0]
+		shown = append(shown, src)
 	}
 	subs, err := st.ListSubscriptions(ctx, f)
 	if err != nil {
@@ -331,12 +349,30 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	if len(subs) == 0 && len(pos) == 2 {
 		return notFoundErr("no subscription to %s on %s", f.URI, f.Source)
 	}
+	health, err := st.SourcesHealth(ctx)
+	if err != nil {
+		return err
+	}
 	out := make([]statusJSON, 0, len(subs))
 	for _, s := range subs {
-		out = append(out, statusOf(ctx, st, s))
+		j := statusOf(ctx, st, s)
+		if h, ok := health[s.SourceID]; ok {
+			j.SourceHealth = toHealthJSON(h)
+		}
+		// ListSubscriptions orders by source name: each source once.
+		if len(pos) == 0 && (len(shown) == 0 || shown[len(shown)-1].ID != s.SourceID) {
+			shown = append(shown, ledger.Source{ID: s.SourceID, SourceSpec: ledger.SourceSpec{Name: s.SourceName}})
+		}
+		out = append(out, j)
 	}
 	if *asJSON {
 		return writeJSON(e.Stdout, out)
+	}
+	now := time.Now()
+	for _, src := range shown {
+		if h, ok := health[src.ID]; ok {
+			fmt.Fprintf(e.Stdout, "source %s: %s\n", visible(src.Name), toHealthJSON(h).line(now))
+		}
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SOURCE\tURI\tPRINCIPAL\tSTATE\tGEN\tSESSION\tISSUED\tACCEPTED\tDIGEST\tMIME\tACCEPTED AT\tFRESHNESS\tREASON")

@@ -3,6 +3,7 @@ package mcphost
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,13 +15,24 @@ import (
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
+// configError is a failure to build a source's transport from its definition (a missing
+// environment variable or file, an unknown transport): retrying soon will not fix it, so the
+// source's health is FAILED rather than BACKOFF (issue 14, item 2).
+type configError struct{ err error }
+
+func (e *configError) Error() string { return "transport: " + e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
 // session runs one connection from connect to end: it connects, records the new generation
-// and its capability receipt, tells every live subscription of the source that the session
-// changed, routes notifications until the connection ends, and records the end.
-func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) (string, error) {
+// and its capability receipt, reports the source LIVE, tells every live subscription of the
+// source that the session changed, routes notifications until the connection ends, and
+// records the end. It returns the end reason of a session that opened (redacted; empty when
+// none opened) and, as the error, what kept it from opening (a *configError when the
+// transport could not be built) or the *AuthError with which the server ended it.
+func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, rep *healthReporter) (string, error) {
 	tr, err := h.opts.Transport(ctx, src)
 	if err != nil {
-		return "", fmt.Errorf("transport: %w", err)
+		return "", &configError{err}
 	}
 	c := &Conn{source: src, host: h, wake: make(chan struct{}, 1), uris: map[string]*uriSubscription{}}
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpsync", Version: "0.1.0"}, &mcp.ClientOptions{
@@ -34,7 +46,7 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) 
 	cs, err := client.Connect(cctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	cancel()
 	if err != nil {
-		return "", fmt.Errorf("connect: %w", err)
+		return "", withAuthFailure(tr, fmt.Errorf("connect: %w", err))
 	}
 	c.cs = cs
 	c.caps = receipt(cs)
@@ -47,6 +59,7 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) 
 		return "", fmt.Errorf("open session: %w", err)
 	}
 	c.gen = sess.Generation
+	rep.report(ledger.HealthReport{State: ledger.HealthLive, At: time.Now()})
 	log = log.With(zap.Int64("generation", c.gen))
 	log.Info("session open", zap.String("protocol", c.caps.ProtocolVersion),
 		zap.Bool("subscribe", c.caps.Subscribe), zap.Bool("listChanged", c.caps.ListChanged),
@@ -64,17 +77,19 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) 
 	done := make(chan error, 1)
 	go func() { done <- cs.Wait() }()
 	reason := "connection closed"
+	var waitErr error
 	select {
 	case <-ctx.Done():
 		reason = "host stopping"
 		if cause := context.Cause(ctx); cause != nil && cause != context.Canceled {
-			reason = cause.Error()
+			reason = ledger.HealthErrorText(cause.Error())
 		}
 		_ = cs.Close()
 		<-done
 	case err := <-done:
+		waitErr = err
 		if err != nil {
-			reason = "connection closed: " + err.Error()
+			reason = "connection closed: " + ledger.HealthErrorText(err.Error())
 		}
 		// Release the transport: reaps a dead stdio child, ends the keep-alive.
 		_ = cs.Close()
@@ -89,7 +104,28 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger) 
 	if err := h.opts.Store.EndSession(ectx, src.ID, c.gen, reason); err != nil {
 		log.Warn("recording session end failed", zap.Error(err))
 	}
+	if ctx.Err() == nil {
+		// A session the server ended by refusing the credentials (an expired token on the
+		// event stream or a keep-alive ping) is an authentication failure, not an end.
+		if ae := AuthFailure(tr, waitErr); ae != nil {
+			return reason, fmt.Errorf("session ended: %w", ae)
+		}
+	}
 	return reason, nil
+}
+
+// withAuthFailure returns err, wrapping the *AuthError that AuthFailure finds for the
+// transport when err's chain does not hold it already (the go-sdk does not pass every 401 on
+// as an error chain), so that maintain classifies it as AUTH_FAILED.
+func withAuthFailure(tr mcp.Transport, err error) error {
+	ae := AuthFailure(tr, err)
+	if ae == nil {
+		return err
+	}
+	if _, ok := errors.AsType[*AuthError](err); ok {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, ae)
 }
 
 // signalParallelism bounds the concurrent SessionChanged signals of one new session.
