@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/converter"
+
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
@@ -73,11 +75,28 @@ func positive(name string, d time.Duration) error {
 	return nil
 }
 
-// normalizeURI normalizes a URI argument; a malformed or empty one is a usage error.
+// maxSearchAttributeBytes is Temporal's default limit on one search attribute value, as
+// encoded in its payload (frontend.searchAttributesSizeOfValueLimit, 2 KiB).
+const maxSearchAttributeBytes = 2048
+
+// normalizeURI normalizes a URI argument; a malformed or empty one is a usage error, and so is
+// one whose normalized form does not fit a search attribute value (McpsyncURI): a subscription
+// to it could not be started, so it is refused before anything is written (issue 14, item 7).
 func normalizeURI(raw string) (string, error) {
+	if len(raw) > maxSearchAttributeBytes {
+		return "", usageErr("uri %q... of %d bytes is too long: at most %d bytes (Temporal's search-attribute limit)", raw[:32], len(raw), maxSearchAttributeBytes)
+	}
 	norm, err := uri.Normalize(raw)
 	if err != nil {
 		return "", usageErr("%v", err)
+	}
+	// The SDK sends the value JSON-encoded: quotes, and escapes for '"', '\\', '<', '>' and '&'.
+	p, err := converter.GetDefaultDataConverter().ToPayload(norm)
+	if err != nil {
+		return "", usageErr("uri %q: %v", raw, err)
+	}
+	if n := len(p.GetData()); n > maxSearchAttributeBytes {
+		return "", usageErr("uri %q... is too long: %d bytes once encoded for Temporal's search attribute, at most %d", raw[:32], n, maxSearchAttributeBytes)
 	}
 	return norm, nil
 }

@@ -77,6 +77,15 @@ func commandOf(args []string) string {
 // Every command rejects bad input with ExitUsage and exactly one line on stderr naming the
 // problem, without a stack: nothing is dialled before the input is validated.
 func TestBadInput(t *testing.T) {
+	var sourceSubs, outboxSubs []string
+	for _, name := range cli.Commands() {
+		if sub, ok := strings.CutPrefix(name, "source "); ok {
+			sourceSubs = append(sourceSubs, sub)
+		}
+		if sub, ok := strings.CutPrefix(name, "outbox "); ok {
+			outboxSubs = append(outboxSubs, sub)
+		}
+	}
 	tests := []struct {
 		args []string
 		// want is the whole stderr line; "{usage}" stands for "(usage: …)" of the command.
@@ -87,10 +96,10 @@ func TestBadInput(t *testing.T) {
 		// The dispatcher.
 		{args: []string{}, want: "mcpsync: missing command (see mcpsync help)"},
 		{args: []string{"frobnicate"}, want: `mcpsync: unknown command "frobnicate" (see mcpsync help)`},
-		{args: []string{"source"}, want: "mcpsync source: missing subcommand (add, list; see mcpsync help)"},
-		{args: []string{"source", "--json"}, want: "mcpsync source: missing subcommand (add, list; see mcpsync help)"},
-		{args: []string{"source", "remove", "x"}, want: `mcpsync: unknown command "source remove" (see mcpsync help)`},
-		{args: []string{"outbox"}, want: "mcpsync outbox: missing subcommand (consumers, tail; see mcpsync help)"},
+		{args: []string{"source"}, want: "mcpsync source: missing subcommand (" + strings.Join(sourceSubs, ", ") + "; see mcpsync help)"},
+		{args: []string{"source", "--json"}, want: "mcpsync source: missing subcommand (" + strings.Join(sourceSubs, ", ") + "; see mcpsync help)"},
+		{args: []string{"source", "rename", "x"}, want: `mcpsync: unknown command "source rename" (see mcpsync help)`},
+		{args: []string{"outbox"}, want: "mcpsync outbox: missing subcommand (" + strings.Join(outboxSubs, ", ") + "; see mcpsync help)"},
 		{args: []string{"help", "frobnicate"}, want: `mcpsync: unknown command "frobnicate" (see mcpsync help)`},
 
 		// source add
@@ -107,11 +116,63 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"source", "add", "a", "--url", "http://"}, want: `mcpsync source add: --url "http://" is not an http:// or https:// URL with a host`},
 		{args: []string{"source", "add", "a", "--url", "http://[::1"}, want: `mcpsync source add: --url "http://[::1" is not an http:// or https:// URL with a host`},
 		{args: []string{"source", "add", "a b", "--stdio", "x"}, want: `mcpsync source add: source name "a b" must be non-empty without spaces or '/'`},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--env", "DB=env:DATABASE_URL"}, want: `mcpsync source add: source "a": --env DB=env:DATABASE_URL: a stdio child may not receive the worker's configuration variables (DATABASE_URL, TEMPORAL_*, MCPSYNC_*, PG*)`},
+		{args: []string{"source", "add", "a", "--url", "https://u:pw@h/mcp"}, want: `mcpsync source add: http source "a": the URL https://u:***@h/mcp carries credentials (userinfo or a secret-looking query parameter); give them with --bearer-env, --header-env or OAuth so that only a reference is stored`},
+		{args: []string{"source", "add", "a", "--url", "https://h/mcp", "--header", "Authorization: Bearer abc"}, want: `mcpsync source add: source "a": header "Authorization" carries a secret: give it with --header-env Authorization=VAR so that only the variable name is stored`},
 		{args: []string{"source", "add", "a", "--stdio", "x", "--backstop", "1500ms"}, want: "mcpsync source add: --backstop must be a whole number of seconds, at least 1s, got 1.5s"},
 		{args: []string{"source", "add", "a", "--stdio", "x", "--backstop", "-1s"}, want: "mcpsync source add: --backstop must be a whole number of seconds, at least 1s, got -1s"},
 		{args: []string{"source", "add", "a", "--stdio", "x", "--poll", "0s"}, want: "mcpsync source add: --poll must be a whole number of seconds, at least 1s, got 0s"},
 		{args: []string{"source", "add", "a", "--stdio", "x", "--backstop", "soon"}, want: `mcpsync source add: invalid value "soon" for flag -backstop: parse error {usage}`},
 		{args: []string{"source", "add", "a", "--stdio", "x", "--json=yes"}, want: `mcpsync source add: invalid boolean value "yes" for -json: parse error {usage}`},
+		// issue 14 item 7: an int4 overflow, names too long or not printable.
+		{args: []string{"source", "add", "a", "--stdio", "x", "--backstop", "1000000h"}, want: "mcpsync source add: --backstop must be at most 168h0m0s, got 1000000h0m0s"},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--poll", "1000000h"}, want: "mcpsync source add: --poll must be at most 168h0m0s, got 1000000h0m0s"},
+		{args: []string{"source", "add", "a", "--stdio", "x", "--backstop", "9000000h"}, want: `mcpsync source add: invalid value "9000000h" for flag -backstop: parse error {usage}`},
+		{args: []string{"source", "add", strings.Repeat("n", 201), "--stdio", "x"}, want: "mcpsync source add: source name of 201 bytes is longer than 200"},
+		{args: []string{"source", "add", strings.Repeat("é", 101), "--stdio", "x"}, want: "mcpsync source add: source name of 202 bytes is longer than 200"},
+		{args: []string{"source", "add", "a\x01b", "--stdio", "x"}, want: `mcpsync source add: source name "a\x01b" must be printable UTF-8`},
+		{args: []string{"source", "add", "a\xffb", "--stdio", "x"}, want: `mcpsync source add: source name "a\xffb" must be printable UTF-8`},
+		{args: []string{"source", "add", "", "--stdio", "x"}, want: `mcpsync source add: source name "" must be non-empty without spaces or '/'`},
+		{args: []string{"source", "add", "a/b", "--stdio", "x"}, want: `mcpsync source add: source name "a/b" must be non-empty without spaces or '/'`},
+
+		// source update (issue 14 item 5): every given flag is checked before anything is contacted.
+		{args: []string{"source", "update"}, want: "mcpsync source update: missing NAME {usage}"},
+		{args: []string{"source", "update", "a"}, want: "mcpsync source update: nothing to update: give at least one flag of source add {usage}"},
+		{args: []string{"source", "update", "a", "--json"}, want: "mcpsync source update: nothing to update: give at least one flag of source add {usage}"},
+		{args: []string{"source", "update", "a", "b", "--poll", "5s"}, want: `mcpsync source update: unexpected argument "b" {usage}`},
+		{args: []string{"source", "update", "a", "--bogus"}, want: "mcpsync source update: flag provided but not defined: -bogus {usage}"},
+		{args: []string{"source", "update", "a b", "--poll", "5s"}, want: `mcpsync source update: source name "a b" must be non-empty without spaces or '/'`},
+		{args: []string{"source", "update", strings.Repeat("n", 201), "--poll", "5s"}, want: "mcpsync source update: source name of 201 bytes is longer than 200"},
+		{args: []string{"source", "update", "a", "--backstop", "1500ms"}, want: "mcpsync source update: --backstop must be a whole number of seconds, at least 1s, got 1.5s"},
+		{args: []string{"source", "update", "a", "--backstop", "1000000h"}, want: "mcpsync source update: --backstop must be at most 168h0m0s, got 1000000h0m0s"},
+		{args: []string{"source", "update", "a", "--poll", "0s"}, want: "mcpsync source update: --poll must be a whole number of seconds, at least 1s, got 0s"},
+		{args: []string{"source", "update", "a", "--max-bytes", "0"}, want: "mcpsync source update: --max-bytes must be between 1 and 1073741824, got 0"},
+		{args: []string{"source", "update", "a", "--stdio", "x", "--url", "http://h"}, want: "mcpsync source update: give either --stdio or --url, not both"},
+		{args: []string{"source", "update", "a", "--stdio", ""}, want: "mcpsync source update: --stdio must not be empty"},
+		{args: []string{"source", "update", "a", "--url", "ftp://h"}, want: `mcpsync source update: --url "ftp://h" is not an http:// or https:// URL with a host`},
+		{args: []string{"source", "update", "a", "--header", "nocolon"}, want: `mcpsync source update: --header "nocolon" must be 'Name: value'`},
+		{args: []string{"source", "update", "a", "--env", "=x"}, want: `mcpsync source update: --env "=x" must be K=V or K=env:VAR`},
+		{args: []string{"source", "update", "a", "--oauth-client-id", "c"}, want: "mcpsync source update: --oauth-* flags need --oauth client_credentials or --oauth authorization_code"},
+		{args: []string{"source", "update", "a", "--json=yes"}, want: `mcpsync source update: invalid boolean value "yes" for -json: parse error {usage}`},
+
+		// source remove
+		{args: []string{"source", "remove"}, want: "mcpsync source remove: missing NAME {usage}"},
+		{args: []string{"source", "remove", "a", "b"}, want: `mcpsync source remove: unexpected argument "b" {usage}`},
+		{args: []string{"source", "remove", " "}, want: "mcpsync source remove: NAME must not be empty"},
+		{args: []string{"source", "remove", "a", "--wait", "-1s"}, want: "mcpsync source remove: --wait must not be negative, got -1s"},
+		{args: []string{"source", "remove", "a", "--wait", "soon"}, want: `mcpsync source remove: invalid value "soon" for flag -wait: parse error {usage}`},
+		{args: []string{"source", "remove", "a", "--purge=maybe"}, want: `mcpsync source remove: invalid boolean value "maybe" for -purge: parse error {usage}`},
+		{args: []string{"source", "remove", "a", "--bogus"}, want: "mcpsync source remove: flag provided but not defined: -bogus {usage}"},
+
+		// source check (its own rows are its author's; this one keeps every command covered)
+		{args: []string{"source", "check", "--bogus"}, want: "mcpsync source check: flag provided but not defined: -bogus {usage}"},
+
+		// source login (its other rows are in login_test.go; these keep every command covered)
+		{args: []string{"source", "login"}, want: "mcpsync source login: missing NAME {usage}"},
+		{args: []string{"source", "login", "a", "--bogus"}, want: "mcpsync source login: flag provided but not defined: -bogus {usage}"},
+
+		// source show (its own rows are its author's; this one keeps every command covered)
+		{args: []string{"source", "show", "--bogus"}, want: "mcpsync source show: flag provided but not defined: -bogus {usage}"},
 
 		// source list
 		{args: []string{"source", "list", "extra"}, want: `mcpsync source list: unexpected argument "extra" {usage}`},
@@ -130,6 +191,11 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"subscribe", "demo", ""}, want: `mcpsync subscribe: uri "": `, contains: true},
 		{args: []string{"subscribe", "demo", "demo://x/%zz"}, want: `mcpsync subscribe: uri "demo://x/%zz": `, contains: true},
 		{args: []string{"subscribe", "demo", "demo://x", "--json=1x"}, want: `mcpsync subscribe: invalid boolean value "1x" for -json: parse error {usage}`},
+		// URIs that do not fit Temporal's 2 KiB search-attribute value (issue 14 item 7).
+		{args: []string{"subscribe", "demo", "demo://x/" + strings.Repeat("a", 3000)}, want: `mcpsync subscribe: uri "demo://x/aaaaaaaaaaaaaaaaaaaaaaa"... of 3009 bytes is too long: at most 2048 bytes (Temporal's search-attribute limit)`},
+		{args: []string{"subscribe", "demo", "demo://x/" + strings.Repeat("a", 2039)}, want: `mcpsync subscribe: uri "demo://x/aaaaaaaaaaaaaaaaaaaaaaa"... is too long: 2050 bytes once encoded for Temporal's search attribute, at most 2048`},
+		{args: []string{"subscribe", "demo", "demo://x/" + strings.Repeat("<", 400)}, want: `mcpsync subscribe: uri "demo://x/<<<<<<<<<<<<<<<<<<<<<<<"... is too long: 2411 bytes once encoded for Temporal's search attribute, at most 2048`},
+		{args: []string{"unsubscribe", "demo", "demo://x/" + strings.Repeat("a", 3000)}, want: `mcpsync unsubscribe: uri "demo://x/aaaaaaaaaaaaaaaaaaaaaaa"... of 3009 bytes is too long: at most 2048 bytes (Temporal's search-attribute limit)`},
 
 		// unsubscribe
 		{args: []string{"unsubscribe", "demo"}, want: "mcpsync unsubscribe: missing URI {usage}"},
@@ -163,6 +229,8 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"revoke", "alice", "demo", "extra"}, want: `mcpsync revoke: unexpected argument "extra" {usage}`},
 		{args: []string{"revoke", " ", "demo"}, want: "mcpsync revoke: PRINCIPAL must not be empty"},
 		{args: []string{"revoke", "alice", "--wait", "-1s"}, want: "mcpsync revoke: --wait must not be negative, got -1s"},
+		{args: []string{"revoke", "alice", "demo", "--wait", "-1s"}, want: "mcpsync revoke: --wait must not be negative, got -1s"},
+		{args: []string{"revoke", "--wait=-1s", "alice", "demo"}, want: "mcpsync revoke: --wait must not be negative, got -1s"},
 		{args: []string{"revoke", "alice", "--wait", "abc"}, want: `mcpsync revoke: invalid value "abc" for flag -wait: parse error {usage}`},
 		{args: []string{"revocation"}, want: "mcpsync revocation: missing ID {usage}"},
 		{args: []string{"revocation", "x"}, want: `mcpsync revocation: revocation ID "x" is not a number above 0 {usage}`},

@@ -43,9 +43,18 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if src.RemovedAt != nil {
+		return removedErr(src)
+	}
 	tc, err := e.temporal(ctx)
 	if err != nil {
 		return err
+	}
+	if *wait {
+		// Without a worker the scan would never start: say so now, not after --timeout.
+		if err := requireWorker(ctx, tc, time.Now()); err != nil {
+			return err
+		}
 	}
 	wfID := contract.SourceWorkflowID(src.Name)
 	reqID := "cli/" + newID()

@@ -302,9 +302,12 @@ func ensureSubscriptionOnce(ctx context.Context, tx pgx.Tx, spec EnsureSpec, id 
 	// refused): no subscription opens past a revocation.
 	err = tx.QueryRow(ctx, `
 		WITH g AS MATERIALIZED (
-			SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL FOR SHARE)
+			SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL FOR SHARE),
+		-- A source being removed holds its row FOR UPDATE: this waits for it and then sees
+		-- removed_at, or RemoveSource waits for this and then lists the subscription (issue 14).
+		so AS MATERIALIZED (SELECT 1 FROM sources WHERE id = $2 AND removed_at IS NULL FOR KEY SHARE)
 		INSERT INTO subscriptions (principal, source_id, uri, server_uri, workflow_id)
-		SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g)
+		SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM so)
 		ON CONFLICT (principal, source_id, uri) DO UPDATE SET
 			generation = subscriptions.generation + 1,
 			state = 'DISCOVERED', state_reason = 'subscribed again after close',
@@ -318,18 +321,23 @@ func ensureSubscriptionOnce(ctx context.Context, tx pgx.Tx, spec EnsureSpec, id 
 			testHookEnsureLookup()
 		}
 		// One statement: whether a grant stands, and the existing row with its state.
-		var granted bool
+		var granted, removed bool
 		var state string
 		err := tx.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL),
 				coalesce((SELECT id FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), 0),
-				coalesce((SELECT state FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), '')`,
-			spec.Principal, spec.SourceID, spec.URI).Scan(&granted, id, &state)
+				coalesce((SELECT state FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), ''),
+				EXISTS (SELECT 1 FROM sources WHERE id = $2 AND removed_at IS NOT NULL)`,
+			spec.Principal, spec.SourceID, spec.URI).Scan(&granted, id, &state, &removed)
 		switch {
 		case err != nil:
 			return false, false, err
 		case !granted:
 			return false, false, &GrantError{Principal: spec.Principal, SourceID: spec.SourceID}
+		case removed && (*id == 0 || state == string(mcpsync.StateClosed)):
+			// Nothing opens on a removed source; one open already is found (its removal
+			// closes it).
+			return false, false, fmt.Errorf("source %d: %w", spec.SourceID, ErrSourceRemoved)
 		case *id == 0:
 			// Granted, but no row: the grant committed after the upsert's snapshot and the
 			// row does not exist yet. Upsert again.
