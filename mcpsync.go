@@ -134,6 +134,10 @@ const (
 	OutcomeAlreadyDone Outcome = "ALREADY_DONE"
 	// OutcomeRefused: the state change is not allowed from the current state.
 	OutcomeRefused Outcome = "REFUSED"
+	// OutcomeTooLarge: a read passed the ordinal fence but its contents were larger than the
+	// source's size bound (--max-bytes): the watermark rose, and no blob, version or
+	// invalidation was written; the subscription keeps its previous version (issue 14 item 6).
+	OutcomeTooLarge Outcome = "TOO_LARGE"
 )
 
 // OK reports whether the outcome changed (or had already changed) ledger state as asked. It is
@@ -249,6 +253,10 @@ const (
 	// ReceiptNotificationMalformedURI: a notification whose URI cannot be normalized; it
 	// matches nothing and causes no action, but is not dropped silently.
 	ReceiptNotificationMalformedURI ReceiptKind = "NOTIFICATION_MALFORMED_URI"
+	// ReceiptNotificationOverflow: the session host's notification queue of a session was
+	// full; the notifications it could not queue are not lost: every live subscription of the
+	// source is signalled to re-read (issue 14 item 6).
+	ReceiptNotificationOverflow ReceiptKind = "NOTIFICATION_OVERFLOW"
 )
 
 // ReadID is the identity of one read (R14, R16): the acceptance point accepts a response only

@@ -27,6 +27,11 @@ type Discovery struct {
 	// CursorKey keys the stored cursor digests; nil means a random key made once per process,
 	// so a digest says whether two cursors of this process were equal and nothing more.
 	CursorKey []byte
+	// MaxPageEntries and MaxRoundEntries cap the entries of one page and of one round (issue
+	// 14 item 6); 0 means discovery.DefaultMaxPageEntries and discovery.DefaultMaxEntries. A
+	// round over either fails as ENTRY_CAP.
+	MaxPageEntries  int
+	MaxRoundEntries int
 
 	keyOnce sync.Once
 }
@@ -76,6 +81,8 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 	var lastWrite time.Time
 	res := discovery.Scan(ctx, c.Session(), discovery.Options{
 		MaxPages:        in.MaxPages,
+		MaxPageEntries:  a.MaxPageEntries,
+		MaxEntries:      a.MaxRoundEntries,
 		SnapshotMetaKey: discovery.SnapshotMetaKeyOf(caps.Raw),
 		CursorKey:       a.cursorKey(),
 		Check: func() error {
@@ -97,6 +104,12 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 		},
 	})
 	after := c.ListChangedCount()
+	// Snapshot IDs are the server's words and reach both the ledger and this activity's
+	// result: bounded the same way for both (equal IDs stay equal, issue 14 item 6).
+	for i, id := range res.SnapshotIDs {
+		res.SnapshotIDs[i] = ledger.Bounded(id, ledger.MaxPayloadString)
+	}
+	res.SnapshotID = ledger.Bounded(res.SnapshotID, ledger.MaxPayloadString)
 	end := ledger.ScanEnd{
 		ScanID: scanID, FailureKind: res.FailureKind, Progress: ledger.ScanProgress(res.Progress),
 		Duplicates: res.Duplicates, ResourceCursorDigests: res.ResourceCursorDigests,
@@ -105,7 +118,8 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 		ListChangedAfter: after,
 	}
 	if res.Err != nil {
-		end.Failure = res.Err.Error()
+		// A list error carries the server's message: bounded (issue 14 item 6).
+		end.Failure = ledger.Bounded(res.Err.Error(), ledger.MaxPayloadString)
 	}
 	entries := make([]ledger.ScanEntry, len(res.Entries))
 	for i, e := range res.Entries {
@@ -116,7 +130,7 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 	defer cancel()
 	ended, err := a.Store.EndScan(ectx, end, entries)
 	if err != nil {
-		return contract.RoundResult{}, err
+		return contract.RoundResult{}, boundError(err)
 	}
 	out.Complete, out.FailureKind, out.Failure = res.Complete, res.FailureKind, end.Failure
 	out.ResourcePages, out.TemplatePages = res.ResourcePages, res.TemplatePages

@@ -193,8 +193,20 @@ func (a *Ledger) AllocateReadOrdinal(ctx context.Context, in contract.AllocateIn
 	return contract.AllocateOutput{Outcome: d.Outcome, Ordinal: d.Ordinal, State: d.State}, nil
 }
 
-// AcceptResourceVersion offers a read to the single acceptance point (R16).
+// AcceptResourceVersion offers a read to the single acceptance point (R16). A read whose
+// contents were over the source's size bound (Read.TooLarge) passes the same ordinal fence and
+// leaves a TOO_LARGE receipt instead of a version (ledger.RecordTooLarge, issue 14 item 6).
 func (a *Ledger) AcceptResourceVersion(ctx context.Context, in contract.AcceptInput) (contract.AcceptOutput, error) {
+	if in.Read.TooLarge {
+		o, err := a.Store.RecordTooLarge(ctx, ledger.TooLargeRequest{
+			SubscriptionID: in.SubscriptionID, Generation: in.Generation, SessionGeneration: in.SessionGeneration,
+			URI: in.URI, Ordinal: in.Ordinal, RequestID: in.RequestID, Size: in.Read.Size, MaxBytes: in.Read.MaxBytes,
+		})
+		if err != nil {
+			return contract.AcceptOutput{}, permanent(err)
+		}
+		return contract.AcceptOutput{Outcome: o}, nil
+	}
 	r, err := a.Store.AcceptResourceVersion(ctx, ledger.AcceptRequest{
 		SubscriptionID: in.SubscriptionID, Generation: in.Generation, SessionGeneration: in.SessionGeneration,
 		URI: in.URI, Ordinal: in.Ordinal, RequestID: in.RequestID,

@@ -125,7 +125,7 @@ func (a *Session) MCPSubscribe(ctx context.Context, call contract.SessionCall) e
 		return err
 	}
 	if err := c.Subscribe(ctx, call.ServerURI, call.SubscriptionID); err != nil {
-		return a.classify(c, "resources/subscribe", err)
+		return boundError(a.classify(c, "resources/subscribe", err))
 	}
 	return nil
 }
@@ -139,7 +139,7 @@ func (a *Session) MCPUnsubscribe(ctx context.Context, call contract.SessionCall)
 	}
 	sent, err := c.Unsubscribe(ctx, call.ServerURI, call.SubscriptionID)
 	if err != nil {
-		return contract.UnsubscribeOutput{Sent: sent}, a.classify(c, "resources/unsubscribe", err)
+		return contract.UnsubscribeOutput{Sent: sent}, boundError(a.classify(c, "resources/unsubscribe", err))
 	}
 	return contract.UnsubscribeOutput{Acked: true, Sent: sent}, nil
 }
@@ -154,25 +154,54 @@ func (a *Session) MCPRead(ctx context.Context, in contract.ReadInput) (contract.
 	caps := c.Caps()
 	// What the server says about itself and its content is recorded as the ledger stores
 	// it (ledger.SafeText): a NUL in it must not fail the accept on every retry.
-	out := contract.ReadOutput{ServerName: ledger.SafeText(caps.ServerName), ServerVersion: ledger.SafeText(caps.ServerVersion)}
+	// Both are bounded too (ledger.BoundedText): no server string of more than a few KiB
+	// reaches a Temporal payload (issue 14 item 6).
+	out := contract.ReadOutput{ServerName: ledger.BoundedText(caps.ServerName), ServerVersion: ledger.BoundedText(caps.ServerVersion)}
+	c.AwaitQuiet(ctx, in.ServerURI) // a burst of copies of one notification is covered by this read (R13, R27)
 	out.SentAt = time.Now()
 	res, err := c.Session().ReadResource(ctx, &mcp.ReadResourceParams{URI: in.ServerURI})
 	if err != nil {
 		if IsNotFound(err) {
 			return out, nil
 		}
-		return contract.ReadOutput{}, a.classify(c, "resources/read", err)
+		return contract.ReadOutput{}, boundError(a.classify(c, "resources/read", err))
+	}
+	// The size bound is checked before anything is stored or encoded (issue 14 item 6): a
+	// larger resource is reported as TooLarge, for the acceptance point to record a TOO_LARGE
+	// receipt; no blob is written.
+	if limit, size := c.Source().Connection.EffectiveMaxBytes(), ContentsSize(res); size > limit {
+		out.Found, out.TooLarge, out.Size, out.MaxBytes = true, true, size, limit
+		if len(res.Contents) == 1 {
+			out.MIMEType = ledger.BoundedText(res.Contents[0].MIMEType)
+		}
+		return out, nil
 	}
 	body, mime, err := Body(res)
 	if err != nil {
-		return contract.ReadOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanent, err)
+		return contract.ReadOutput{}, boundError(temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanent, err))
 	}
 	digest, err := a.Store.PutBlob(ctx, body, mime)
 	if err != nil {
-		return contract.ReadOutput{}, err
+		return contract.ReadOutput{}, boundError(err)
 	}
-	out.Found, out.Digest, out.MIMEType, out.Size = true, digest, ledger.SafeText(mime), int64(len(body))
+	out.Found, out.Digest, out.MIMEType, out.Size = true, digest, ledger.BoundedText(mime), int64(len(body))
 	return out, nil
+}
+
+// ContentsSize is the size of a read's contents as the size bound counts it: the bytes of
+// every text plus the decoded bytes of every blob (issue 14 item 6).
+func ContentsSize(res *mcp.ReadResourceResult) int64 {
+	if res == nil {
+		return 0
+	}
+	var n int64
+	for _, c := range res.Contents {
+		if c == nil {
+			continue
+		}
+		n += int64(len(c.Text)) + int64(len(c.Blob))
+	}
+	return n
 }
 
 // IsNotFound classifies a resources/read error as not-found: -32002 (the older spec code),

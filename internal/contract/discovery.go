@@ -68,6 +68,9 @@ const (
 	RoundHostUnreachable = "HOST_UNREACHABLE"
 	// RoundAbandoned: the round's activity ended without recording its end (timeout, crash).
 	RoundAbandoned = "ABANDONED"
+	// RoundEntryCap: a page listed more entries than the per-page cap, or the round more than
+	// its per-round cap (issue 14 item 6): the round is not proof of anything.
+	RoundEntryCap = "ENTRY_CAP"
 )
 
 // SourceWorkflowID is the workflow ID of a source's SourceWorkflow.

@@ -6,7 +6,8 @@
 // stored, and they die with the call, on the session that issued them (R2).
 //
 // The go-sdk's own page iterator follows any cursor forever; Scan pages by hand and ends the
-// round as failed on a repeated cursor, a page-count blow-up or a rejected cursor (R8).
+// round as failed on a repeated cursor, a page-count blow-up or a rejected cursor (R8), and on
+// a page or a round with more entries than its cap (issue 14 item 6).
 package discovery
 
 import (
@@ -41,6 +42,15 @@ const SnapshotCapability = "mcpsync/snapshot"
 // DefaultMaxPages caps the pages of a round (both lists together) when Options.MaxPages is 0.
 const DefaultMaxPages = 20000
 
+// DefaultMaxPageEntries caps the entries of one page when Options.MaxPageEntries is 0: a page
+// with more ends the round as ENTRY_CAP (issue 14 item 6).
+const DefaultMaxPageEntries = 10000
+
+// DefaultMaxEntries caps the entries of a round (both lists together) when Options.MaxEntries
+// is 0: the round holds every entry in memory until it ends, so a server listing without end
+// ends the round as ENTRY_CAP instead of exhausting the worker's memory (issue 14 item 6).
+const DefaultMaxEntries = 1000000
+
 // maxSnapshotIDs bounds the distinct snapshot IDs a Result reports.
 const maxSnapshotIDs = 8
 
@@ -60,6 +70,10 @@ type Lister interface {
 type Options struct {
 	// MaxPages caps the pages of both lists together (R8); 0 means DefaultMaxPages.
 	MaxPages int
+	// MaxPageEntries caps the entries of one page; 0 means DefaultMaxPageEntries.
+	MaxPageEntries int
+	// MaxEntries caps the entries of both lists together; 0 means DefaultMaxEntries.
+	MaxEntries int
 	// SnapshotMetaKey is the _meta key of the snapshot ID; "" means DefaultSnapshotMetaKey.
 	SnapshotMetaKey string
 	// CursorKey keys the cursor digests (HMAC-SHA-256) so that a short cursor cannot be
@@ -144,6 +158,12 @@ func Scan(ctx context.Context, l Lister, o Options) Result {
 	if o.MaxPages <= 0 {
 		o.MaxPages = DefaultMaxPages
 	}
+	if o.MaxPageEntries <= 0 {
+		o.MaxPageEntries = DefaultMaxPageEntries
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = DefaultMaxEntries
+	}
 	if o.SnapshotMetaKey == "" {
 		o.SnapshotMetaKey = DefaultSnapshotMetaKey
 	}
@@ -154,6 +174,9 @@ func Scan(ctx context.Context, l Lister, o Options) Result {
 	ok := r.list(ctx, KindResource, func(ctx context.Context, cursor string) (mcp.Meta, string, error) {
 		res, err := l.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
 		if err != nil {
+			return nil, "", err
+		}
+		if err := r.admit(KindResource, len(res.Resources)); err != nil {
 			return nil, "", err
 		}
 		page := make([]Entry, 0, len(res.Resources))
@@ -177,6 +200,9 @@ func Scan(ctx context.Context, l Lister, o Options) Result {
 	}) && r.list(ctx, KindTemplate, func(ctx context.Context, cursor string) (mcp.Meta, string, error) {
 		res, err := l.ListResourceTemplates(ctx, &mcp.ListResourceTemplatesParams{Cursor: cursor})
 		if err != nil {
+			return nil, "", err
+		}
+		if err := r.admit(KindTemplate, len(res.ResourceTemplates)); err != nil {
 			return nil, "", err
 		}
 		page := make([]Entry, 0, len(res.ResourceTemplates))
@@ -232,6 +258,10 @@ func (r *round) list(ctx context.Context, kind string, fetch func(context.Contex
 			}
 		}
 		meta, next, err := fetch(ctx, cursor)
+		var capErr *entryCapError
+		if errors.As(err, &capErr) {
+			return r.fail(contract.RoundEntryCap, err)
+		}
 		if err != nil {
 			failure := classify(err, cursor != "")
 			if failure == contract.RoundListError && r.opts.Check != nil && r.opts.Check() != nil {
@@ -263,6 +293,24 @@ func (r *round) list(ctx context.Context, kind string, fetch func(context.Contex
 		seen[d] = true
 		cursor = next
 	}
+}
+
+// entryCapError is a page over the per-page entry cap, or one that takes the round over its
+// per-round cap.
+type entryCapError struct{ msg string }
+
+func (e *entryCapError) Error() string { return e.msg }
+
+// admit checks a page of n entries against the caps before any of them is kept.
+func (r *round) admit(kind string, n int) error {
+	page := r.kindPages(kind) + 1
+	if n > r.opts.MaxPageEntries {
+		return &entryCapError{fmt.Sprintf("%s page %d listed %d entries, over the cap of %d per page", method(kind), page, n, r.opts.MaxPageEntries)}
+	}
+	if total := r.res.Resources + r.res.Templates + n; total > r.opts.MaxEntries {
+		return &entryCapError{fmt.Sprintf("%s page %d takes the round to %d entries, over the cap of %d per round", method(kind), page, total, r.opts.MaxEntries)}
+	}
+	return nil
 }
 
 func (r *round) kindPages(kind string) int {

@@ -297,6 +297,7 @@ var acceptSQL = `
 				last_accepted_digest = $7,
 				last_accepted_at = CASE WHEN s.last_accepted_digest IS DISTINCT FROM $7 THEN now() ELSE s.last_accepted_at END,
 				last_verified_at = now(),
+				state_reason = CASE WHEN s.state_reason LIKE '` + tooLargeReasonPrefix + `%' THEN '' ELSE s.state_reason END,
 				updated_at = now()
 			WHERE ` + readFence + `
 			RETURNING s.id, s.principal, s.source_id, s.uri,
@@ -460,6 +461,96 @@ func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (mcpsyn
 	})
 	if err != nil {
 		return "", fmt.Errorf("ledger: not-found for ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
+	}
+	return out, nil
+}
+
+// TooLargeRequest reports that a dispatched read answered with contents larger than the
+// source's size bound (issue 14 item 6): Size bytes (text bytes plus decoded blob bytes) over
+// MaxBytes. Nothing of the contents is stored.
+type TooLargeRequest struct {
+	SubscriptionID    int64
+	Generation        int64
+	SessionGeneration int64
+	URI               string // normalized
+	Ordinal           int64
+	RequestID         string
+	Size              int64
+	MaxBytes          int64
+}
+
+func (r TooLargeRequest) idemKey() string {
+	return fmt.Sprintf("toolarge/%d/%d/%s", r.SubscriptionID, r.Ordinal, r.RequestID)
+}
+
+// tooLargeReasonPrefix starts the state reason a TOO_LARGE read leaves on its subscription;
+// the next read the acceptance point lets through (accepted or revalidated) clears it.
+const tooLargeReasonPrefix = "too large: "
+
+// tooLargeSQL is RecordTooLarge's one statement: the fence raising the watermark with the
+// TOO_LARGE receipt and reason, or else the labelled refusal receipt (refusalCTEs).
+var tooLargeSQL = `
+		WITH k AS (SELECT $7::text AS key),
+		prior AS (SELECT kind FROM receipts WHERE idem_key = $7),` + grantCTE + `
+		fence AS (
+			UPDATE subscriptions s SET last_accepted_ordinal = $5,
+				state_reason = '` + tooLargeReasonPrefix + `read ' || $5::bigint || ' returned ' || $8::bigint
+				               || ' bytes, over the source''s bound of ' || $9::bigint
+				               || ' (--max-bytes); the previous version is kept',
+				updated_at = now()
+			WHERE ` + readFence + `
+			RETURNING s.id, s.source_id, s.uri),
+		dis AS (
+			UPDATE read_dispatches SET completed_at = now(), outcome = 'TOO_LARGE'
+			WHERE subscription_id = $1 AND ordinal = $5 AND EXISTS (SELECT 1 FROM fence)
+			RETURNING 1),
+		rc AS (
+			INSERT INTO receipts (idem_key, kind, source_id, subscription_id, generation,
+				session_generation, read_ordinal, request_id, uri, detail)
+			SELECT $7, 'TOO_LARGE', u.source_id, u.id, $2, $3, $5, $6, u.uri,
+			       jsonb_build_object('dispatch', (SELECT count(*) FROM dis), 'size', $8::bigint, 'max_bytes', $9::bigint)
+			FROM fence u
+			RETURNING kind),` + fmt.Sprintf(refusalCTEs, "too_large", "NULL::text") + `
+		SELECT coalesce((SELECT kind FROM rc), (SELECT kind FROM prior), (SELECT kind FROM ref)),
+		       EXISTS (SELECT 1 FROM cur), (SELECT count(*) FROM settle)`
+
+// RecordTooLarge passes a too-large answer through the same ordinal fence as content (R16)
+// and not-found (R21), in one statement (issue 14 item 6): only on an ACTIVE subscription,
+// for a dispatched, not yet answered request with readOrdinal above the watermark, while the
+// principal's grant stands, does it raise the watermark (so no older read can be accepted
+// afterwards), settle the dispatch and write one TOO_LARGE receipt with the size and the
+// bound, and set the subscription's state reason to say so (status shows it); no blob, no
+// version and no invalidation are written, so the subscription keeps its previous version.
+// Otherwise it writes exactly one labelled refusal receipt, as accepts do. The idempotency key
+// is (subscription, ordinal, request ID): replaying it returns the first outcome and writes
+// nothing.
+func (s *Store) RecordTooLarge(ctx context.Context, req TooLargeRequest) (mcpsync.Outcome, error) {
+	if req.RequestID == "" || req.Size <= req.MaxBytes {
+		return "", fmt.Errorf("ledger: record too large: request %q, %d bytes within %d: %w", req.RequestID, req.Size, req.MaxBytes, ErrInvalid)
+	}
+	out, err := retryOnConflict(func() (mcpsync.Outcome, error) {
+		var kind *string
+		var exists bool
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			if err := lockSubscription(ctx, tx, req.SubscriptionID); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, tooLargeSQL,
+				req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
+				req.RequestID, req.idemKey(), req.Size, req.MaxBytes).Scan(&kind, &exists, new(int64))
+		})
+		if err != nil {
+			return "", err
+		}
+		if kind == nil {
+			if kind, err = s.firstOutcome(ctx, exists, req.SubscriptionID, req.idemKey()); err != nil {
+				return "", err
+			}
+		}
+		return mcpsync.Outcome(*kind), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("ledger: too-large read for ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
 	}
 	return out, nil
 }

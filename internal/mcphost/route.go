@@ -15,15 +15,47 @@ import (
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
+// notificationQueueCap bounds the notifications queued per session (issue 14 item 6); tests
+// lower it through export_bounds_test.go.
+var notificationQueueCap = DefaultNotificationQueueCap
+
+// DefaultNotificationQueueCap is how many notifications a session queues for routing before
+// further ones are folded into one overflow (queueOverflow): a server flooding notifications
+// faster than the ledger records them costs bounded memory, and loses nothing.
+const DefaultNotificationQueueCap = 10000
+
+// queueOverflow stands for the notifications that arrived while the queue was full: their
+// count, the first and last sequence numbers, and when the last arrived. Route records it as
+// one NOTIFICATION_OVERFLOW audit and signals every live subscription of the source to re-read
+// (ledger.RecordNotificationOverflow), since which URIs they named is not kept.
+type queueOverflow struct {
+	dropped     int64
+	first, last int64
+	at          time.Time
+}
+
 // onUpdated stamps a notifications/resources/updated with the session's next sequence number
-// and queues it for route without blocking the connection.
+// and queues it for route without blocking the connection. The queue holds at most
+// notificationQueueCap notifications; later ones only extend the overflow until route drains
+// it. A URI longer than ledger.MaxPayloadString is kept normalized, or else bounded
+// (ledger.Bounded: no subscribed URI is that long, so it matches nothing and is audited as
+// malformed), so the queue's memory and every signal stay bounded too.
 func (c *Conn) onUpdated(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 	if req == nil || req.Params == nil {
 		return
 	}
+	raw := req.Params.URI
+	if len(raw) > ledger.MaxPayloadString {
+		if norm, err := uri.Normalize(raw); err == nil && len(norm) <= ledger.MaxPayloadString {
+			raw = norm
+		} else {
+			raw = ledger.Bounded(raw, ledger.MaxPayloadString)
+		}
+	}
 	c.nmu.Lock()
 	c.seq++
-	n := notification{seq: c.seq, serverURI: req.Params.URI, receivedAt: time.Now(), pulses: 1}
+	n := notification{seq: c.seq, serverURI: raw, receivedAt: time.Now(), pulses: 1}
+	c.notePulse(raw, n.receivedAt)
 	if c.ended {
 		c.nmu.Unlock()
 		// The session is over and its router gone: record it here, still under its own
@@ -31,7 +63,16 @@ func (c *Conn) onUpdated(_ context.Context, req *mcp.ResourceUpdatedNotification
 		c.record(n, c.host.log)
 		return
 	}
-	c.queue = append(c.queue, n)
+	if len(c.queue) >= notificationQueueCap {
+		o := &c.overflow
+		if o.dropped == 0 {
+			o.first = n.seq
+		}
+		o.dropped++
+		o.last, o.at = n.seq, n.receivedAt
+	} else {
+		c.queue = append(c.queue, n)
+	}
 	c.nmu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -49,10 +90,11 @@ func (c *Conn) onListChanged(context.Context, *mcp.ResourceListChangedRequest) {
 func (c *Conn) route(stop <-chan struct{}, log *zap.Logger) {
 	for {
 		c.nmu.Lock()
-		batch := c.queue
-		c.queue = nil
+		batch, over := c.queue, c.overflow
+		c.queue, c.overflow = nil, queueOverflow{}
+		idle := len(batch) == 0 && over.dropped == 0
 		stopping := false
-		if len(batch) == 0 {
+		if idle {
 			select {
 			case <-stop:
 				stopping = true
@@ -65,11 +107,50 @@ func (c *Conn) route(stop <-chan struct{}, log *zap.Logger) {
 			return
 		}
 		c.routeBatch(batch, log)
-		if len(batch) == 0 {
+		// Every overflowed notification arrived after the whole batch (the queue was full).
+		c.routeOverflow(over, log)
+		if idle {
 			select {
 			case <-c.wake:
 			case <-stop:
 			}
+		}
+	}
+}
+
+// routeOverflow records an overflow (if any) and signals each subscription the ledger returns
+// as notified at the overflow's last sequence number, so that every live subscription of the
+// source re-reads: what the dropped notifications announced is covered (issue 14 item 6).
+func (c *Conn) routeOverflow(o queueOverflow, log *zap.Logger) {
+	if o.dropped == 0 {
+		return
+	}
+	log.Warn("notification queue full: the source's subscriptions are re-read",
+		zap.Int64("source", c.source.ID), zap.Int64("generation", c.gen), zap.Int64("dropped", o.dropped),
+		zap.Int("queueCap", notificationQueueCap))
+	store, sig := c.host.opts.Store, c.host.opts.Signaler
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var targets []ledger.OverflowTarget
+	err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		targets, err = store.RecordNotificationOverflow(ctx, ledger.Overflow{
+			SourceID: c.source.ID, SessionGeneration: c.gen, FirstSeq: o.first, LastSeq: o.last,
+			Dropped: o.dropped, QueueCap: notificationQueueCap,
+		})
+		return err
+	})
+	if err != nil {
+		log.Warn("recording notification overflow failed", zap.Int64("dropped", o.dropped), zap.Error(err))
+		return
+	}
+	for _, t := range targets {
+		if err := retry(ctx, func(ctx context.Context) error {
+			return sig.SignalWorkflow(ctx, t.WorkflowID, "", contract.SignalResourceUpdated, contract.ResourceUpdated{
+				SessionGeneration: c.gen, Seq: o.last, ServerURI: t.ServerURI, Pulses: 1, ReceivedAt: o.at,
+			})
+		}); err != nil {
+			log.Warn("signalling subscription after overflow failed", zap.String("workflow", t.WorkflowID), zap.Error(err))
 		}
 	}
 }

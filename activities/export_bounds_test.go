@@ -1,0 +1,4 @@
+package activities
+
+// BoundError exposes boundError to the external tests.
+var BoundError = boundError

@@ -1,0 +1,17 @@
+package mcphost
+
+// SetNotificationQueueCap sets the per-session notification queue cap until the returned
+// function restores it.
+func SetNotificationQueueCap(n int) (restore func()) {
+	old := notificationQueueCap
+	notificationQueueCap = n
+	return func() { notificationQueueCap = old }
+}
+
+// QueueState returns how many notifications wait in the session's queue and how many the
+// pending overflow stands for.
+func (c *Conn) QueueState() (queued int, dropped int64) {
+	c.nmu.Lock()
+	defer c.nmu.Unlock()
+	return len(c.queue), c.overflow.dropped
+}
