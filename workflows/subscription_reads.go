@@ -88,6 +88,9 @@ func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string
 	if w.m.State() == mcpsync.StateReadPending {
 		w.resolvePulses(out.SentAt)
 	}
+	if err == nil && !out.SentAt.IsZero() {
+		w.st.LastReadSentAt, w.st.LastReadSessionGen = out.SentAt, w.st.SessionGeneration
+	}
 	if err != nil {
 		w.st.Counters.ReadFailures++
 		if isStaleSession(err) {
@@ -142,6 +145,14 @@ func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string
 	case mcpsync.OutcomeRevalidated:
 		w.st.Counters.Revalidated++
 		w.st.LastAcceptedOrdinal = ordinal
+		w.apply(fsm.ReadSettled)
+	case mcpsync.OutcomeTooLarge:
+		// Over the source's size bound (issue 14 item 6): nothing was stored and the previous
+		// version stays. Like a refusal, the read just ends: the next read waits for the next
+		// notification or the backstop, never re-reading hot.
+		w.st.Counters.Refused++
+		w.st.Reason = reasonf(nil, "read %d too large: %d bytes over the source's bound of %d; the previous version is kept",
+			ordinal, out.Size, out.MaxBytes)
 		w.apply(fsm.ReadSettled)
 	default:
 		w.st.Counters.Refused++

@@ -87,6 +87,7 @@ func (w *subscription) onUpdate(u contract.ResourceUpdated) {
 	pulses := int64(max(u.Pulses, 1))
 	c := &w.st.Counters
 	c.Notifications += pulses
+	c.Signals++
 	if u.SessionGeneration < w.st.LastNotificationGen ||
 		(u.SessionGeneration == w.st.LastNotificationGen && u.Seq <= w.st.LastNotificationSeq) ||
 		u.SessionGeneration < w.st.SessionGeneration || w.m.State().Closing() {
@@ -106,10 +107,31 @@ func (w *subscription) onUpdate(u contract.ResourceUpdated) {
 		return
 	}
 	if w.m.State() == mcpsync.StateActive {
+		if w.coveredByLastRead(u) {
+			// A copy of a notification the last read already covered, delivered after that
+			// read answered (R13, R27).
+			c.PulsesCovered += pulses
+			return
+		}
 		w.nextReason = mcpsync.ReasonNotification
 	}
 	// Not live yet (subscribing, reconciling): the read that follows establishing covers it.
 	w.apply(fsm.Update)
+}
+
+// versionCoverAfterRead marks the runs where a notification delivered after a read answered,
+// but received by the host before that read was sent, is covered by it (no read of its own).
+const versionCoverAfterRead = "cover-after-read"
+
+// coveredByLastRead reports whether u reached the host before the host sent the last read
+// that answered, on the same session (one host, one clock): that read already sees the change
+// it announces.
+func (w *subscription) coveredByLastRead(u contract.ResourceUpdated) bool {
+	if u.ReceivedAt.IsZero() || w.st.LastReadSentAt.IsZero() || u.SessionGeneration != w.st.SessionGeneration ||
+		u.SessionGeneration != w.st.LastReadSessionGen || !u.ReceivedAt.Before(w.st.LastReadSentAt) {
+		return false
+	}
+	return workflow.GetVersion(w.ctx, versionCoverAfterRead, workflow.DefaultVersion, 1) == 1
 }
 
 // resolvePulses decides what the pulses received during a read call for (R13, R27): a pulse

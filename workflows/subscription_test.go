@@ -56,6 +56,12 @@ func (f *fakeMCP) set(body string) {
 	f.bodies[uri] = body
 }
 
+func (f *fakeMCP) setSentAt(t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sentAt = t
+}
+
 func (f *fakeMCP) subscribe(_ context.Context, c contract.SessionCall) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -287,12 +293,58 @@ func TestPulsesCoveredByReadAreNotReread(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.mcp.sentAt = sent
+			// The initial read was sent long before the pulses; the reads they trigger at sent.
+			h.mcp.sentAt = sent.Add(-time.Hour)
 			h.at(time.Minute, func() {
 				h.mcp.set("v2")
+				h.mcp.setSentAt(sent)
 				for i, d := range tt.arrivals {
 					h.signal(contract.SignalResourceUpdated, contract.ResourceUpdated{SessionGeneration: h.sess.Generation,
 						Seq: int64(i + 1), ServerURI: uri, Pulses: 1, ReceivedAt: sent.Add(d)})
+				}
+			})
+			h.at(2*time.Minute, func() { h.signal(contract.SignalUnsubscribe, contract.Unsubscribe{ID: "u1"}) })
+			v := h.run()
+			if diff := cmp.Diff(tt.wantReads, h.dispatchReasons(h.sub().ID)); diff != "" {
+				t.Errorf("reads (-want +got):\n%s", diff)
+			}
+			if v.Counters.PulsesCovered != tt.covered {
+				t.Errorf("covered pulses %d, want %d", v.Counters.PulsesCovered, tt.covered)
+			}
+		})
+	}
+}
+
+// R13, R27: copies of a notification that the host received before it sent a read, but that
+// reach the workflow only after that read answered, are covered by it: they cost no read of
+// their own. A copy received after the read was sent still causes one.
+func TestPulsesDeliveredAfterTheReadAreCovered(t *testing.T) {
+	sent := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name      string
+		late      []time.Duration // host arrival of the late copies, relative to the read's send time
+		wantReads []mcpsync.ReadReason
+		covered   int64
+	}{
+		{"late copies received before the read was sent", repeat(-time.Millisecond, 20),
+			[]mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification}, 20},
+		{"a copy received after the read was sent", []time.Duration{time.Millisecond},
+			[]mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification, mcpsync.ReasonNotification}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.mcp.sentAt = sent.Add(-time.Hour)
+			h.at(time.Minute, func() {
+				h.mcp.set("v2")
+				h.mcp.setSentAt(sent)
+				h.signal(contract.SignalResourceUpdated, contract.ResourceUpdated{SessionGeneration: h.sess.Generation,
+					Seq: 1, ServerURI: uri, Pulses: 1, ReceivedAt: sent.Add(-2 * time.Millisecond)})
+			})
+			h.at(time.Minute+10*time.Second, func() {
+				for i, d := range tt.late {
+					h.signal(contract.SignalResourceUpdated, contract.ResourceUpdated{SessionGeneration: h.sess.Generation,
+						Seq: int64(i + 2), ServerURI: uri, Pulses: 1, ReceivedAt: sent.Add(d)})
 				}
 			})
 			h.at(2*time.Minute, func() { h.signal(contract.SignalUnsubscribe, contract.Unsubscribe{ID: "u1"}) })

@@ -39,14 +39,19 @@ type SubscriptionState struct {
 	PendingReconcile     bool
 	LastNotificationGen  int64
 	LastNotificationSeq  int64
-	LastAcceptedOrdinal  int64
-	LastAcceptedDigest   string
-	Counters             Counters
-	UnsubscribeAttempts  int
-	TombstoneAttempts    int // reconciliation scans run for the current not-found read
-	EstablishFailures    int
-	ContinuedAsNew       int
-	LastSignalIDs        []string // recent unsubscribe/revoke/reconcile IDs, for dedupe
+	// LastReadSentAt is when the host sent the last read that answered, on the clock of the
+	// host of session LastReadSessionGen: a notification of that session received before it
+	// is covered by that read (R13, R27).
+	LastReadSentAt      time.Time `json:",omitzero"`
+	LastReadSessionGen  int64     `json:",omitempty"`
+	LastAcceptedOrdinal int64
+	LastAcceptedDigest  string
+	Counters            Counters
+	UnsubscribeAttempts int
+	TombstoneAttempts   int // reconciliation scans run for the current not-found read
+	EstablishFailures   int
+	ContinuedAsNew      int
+	LastSignalIDs       []string // recent unsubscribe/revoke/reconcile IDs, for dedupe
 	// CloseFenceFailures counts the consecutive failed close fences of PendingUnsubscribe;
 	// it sets the backoff of the next attempt (R18).
 	CloseFenceFailures int
@@ -65,7 +70,10 @@ type SubscriptionState struct {
 
 // Counters count what a subscription did, so read amplification can be measured (R27).
 type Counters struct {
-	Notifications      int64 // notifications received (merged pulses counted one by one)
+	Notifications int64 // notifications received (merged pulses counted one by one)
+	// Signals counts ResourceUpdated signals received: a burst the host merged into one signal
+	// is one, so Notifications - Signals is what the host merged (R27).
+	Signals            int64 `json:",omitempty"`
 	NotificationsStale int64 // old-session or duplicate notifications ignored
 	// PulsesCovered counts notifications that arrived during a read but had reached the host
 	// before that read was sent: the read covers them, so no follow-up read is due (R13, R27).
@@ -197,6 +205,12 @@ type ReadOutput struct {
 	// SentAt is when the host sent the resources/read, on the host's clock: notifications
 	// the same host received before it announce changes this read already sees.
 	SentAt time.Time
+	// TooLarge: the contents (Size bytes: text bytes plus decoded blob bytes) were over the
+	// source's bound MaxBytes, so nothing was stored and Digest is empty; the acceptance point
+	// records a TOO_LARGE receipt instead of a version (issue 14 item 6). Omitted when false,
+	// so earlier payloads keep their bytes.
+	TooLarge bool  `json:",omitempty"`
+	MaxBytes int64 `json:",omitempty"`
 }
 
 // AcceptInput offers a read's response to acceptResourceVersion (R16). The embedded ReadID

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
 // Conn is one live MCP session of a source.
@@ -31,9 +32,15 @@ type Conn struct {
 	queue []notification
 	ended bool // route has finished: later arrivals are recorded by the handler itself
 	wake  chan struct{}
+	// overflow stands for the notifications that found the queue full (route.go).
+	overflow queueOverflow
 	// lanes serialize record per lane: notifications of one normalized URI always take the
 	// same lane, so their order is kept while different URIs are routed in parallel.
 	lanes [routeLanes]sync.Mutex
+
+	// lastPulse holds, per normalized URI, when its latest notification arrived (guarded by
+	// nmu); AwaitQuiet reads it.
+	lastPulse map[string]time.Time
 
 	mu sync.Mutex
 	// uris holds, per server URI, the server-side subscription of this session and the
@@ -133,4 +140,64 @@ func (c *Conn) Unsubscribe(ctx context.Context, serverURI string, subscriptionID
 	}
 	delete(us.holders, subscriptionID)
 	return true, nil
+}
+
+// Read quieting (R13, R27). A server may repeat one change's notification many times a few
+// milliseconds apart; copies that arrive after a read was sent cannot be told from a new
+// change, so each would cost a follow-up read. A read therefore waits until its URI has been
+// quiet for readQuiet (at most readQuietMax): the copies then reach the host before the read
+// is sent, and the workflow counts them as covered by it. An isolated notification reaches a
+// read long after readQuiet, so the wait costs it nothing.
+const (
+	readQuiet    = 50 * time.Millisecond
+	readQuietMax = time.Second
+	// lastPulseCap bounds lastPulse; older entries than readQuietMax are pruned beyond it.
+	lastPulseCap = 4096
+)
+
+// notePulse records that a notification for serverURI arrived at at. Called with c.nmu held.
+func (c *Conn) notePulse(serverURI string, at time.Time) {
+	key, err := uri.Normalize(serverURI)
+	if err != nil {
+		key = serverURI
+	}
+	if c.lastPulse == nil {
+		c.lastPulse = map[string]time.Time{}
+	}
+	if len(c.lastPulse) >= lastPulseCap {
+		for k, t := range c.lastPulse {
+			if at.Sub(t) > readQuietMax {
+				delete(c.lastPulse, k)
+			}
+		}
+	}
+	c.lastPulse[key] = at
+}
+
+// AwaitQuiet returns once no notification for serverURI has arrived for readQuiet, or
+// readQuietMax after it was called, or when ctx ends: the read sent next covers every copy of
+// a burst of notifications (R13, R27).
+func (c *Conn) AwaitQuiet(ctx context.Context, serverURI string) {
+	key, err := uri.Normalize(serverURI)
+	if err != nil {
+		key = serverURI
+	}
+	deadline := time.Now().Add(readQuietMax)
+	for {
+		c.nmu.Lock()
+		last, ok := c.lastPulse[key]
+		c.nmu.Unlock()
+		now := time.Now()
+		if !ok || now.Sub(last) >= readQuiet || !now.Before(deadline) {
+			return
+		}
+		wait := min(last.Add(readQuiet).Sub(now), deadline.Sub(now))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }

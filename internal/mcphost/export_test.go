@@ -1,6 +1,11 @@
 package mcphost
 
-import "slices"
+import (
+	"slices"
+	"time"
+
+	"github.com/mcpsync/mcpsync/internal/uri"
+)
 
 // Holders returns the IDs of the subscriptions holding the server-side subscription of
 // serverURI on this session, sorted.
@@ -18,3 +23,21 @@ func (c *Conn) Holders(serverURI string) []int64 {
 	slices.Sort(out)
 	return out
 }
+
+// LastPulse returns when the latest notification for serverURI reached this session.
+func (c *Conn) LastPulse(serverURI string) (time.Time, bool) {
+	c.nmu.Lock()
+	defer c.nmu.Unlock()
+	key, err := uri.Normalize(serverURI)
+	if err != nil {
+		key = serverURI
+	}
+	t, ok := c.lastPulse[key]
+	return t, ok
+}
+
+// ReadQuiet and ReadQuietMax are AwaitQuiet's quiet period and cap.
+const (
+	ReadQuiet    = readQuiet
+	ReadQuietMax = readQuietMax
+)

@@ -15,6 +15,7 @@ type notifyFaults struct {
 	dropRate   float64
 	delay      time.Duration
 	duplicates int
+	spacing    time.Duration
 	reorder    int
 	hold       bool
 	rewrite    func(string) string
@@ -24,9 +25,10 @@ type notifyFaults struct {
 
 // heldUpdate is an updated notification waiting in a session's reorder buffer.
 type heldUpdate struct {
-	uri    string
-	meta   mcp.Meta
-	copies int
+	uri     string
+	meta    mcp.Meta
+	copies  int
+	spacing time.Duration // between copies; 0: back to back
 }
 
 // DropUpdates drops the next n notifications/resources/updated deliveries (one delivery is one
@@ -59,6 +61,15 @@ func (s *Server) SetUpdateDuplicates(extra int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.notify.duplicates = max(extra, 0)
+}
+
+// SetUpdateDuplicateSpacing sends the extra copies of SetUpdateDuplicates d apart (in the
+// background) instead of back to back, so that they reach the client as separate messages
+// rather than one burst; 0 sends them back to back.
+func (s *Server) SetUpdateDuplicateSpacing(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notify.spacing = max(d, 0)
 }
 
 // ReorderUpdates buffers updated deliveries per session and, each time n of them have
@@ -229,7 +240,7 @@ func (s *Server) updated(ctx context.Context, ss *mcp.ServerSession, p *mcp.Reso
 		return
 	}
 	rewrite := nf.rewrite
-	h := heldUpdate{uri: p.URI, meta: p.Meta, copies: 1 + nf.duplicates}
+	h := heldUpdate{uri: p.URI, meta: p.Meta, copies: 1 + nf.duplicates, spacing: nf.spacing}
 	delay := nf.delay
 	sess := s.sessions[ss]
 	s.mu.Unlock()
@@ -284,6 +295,34 @@ func (s *Server) deliverUpdate(ctx context.Context, ss *mcp.ServerSession, h hel
 }
 
 func (s *Server) writeUpdate(ctx context.Context, ss *mcp.ServerSession, h heldUpdate) {
+	if h.spacing > 0 && h.copies > 1 {
+		// The first copy now, the others d apart in the background.
+		rest := h
+		rest.copies, h.copies = h.copies-1, 1
+		s.mu.Lock()
+		if !s.closed {
+			s.bg.Go(func() {
+				for range rest.copies {
+					t := time.NewTimer(rest.spacing)
+					select {
+					case <-t.C:
+					case <-s.bgCtx.Done():
+						t.Stop()
+						return
+					}
+					ctx, cancel := context.WithTimeout(s.bgCtx, notificationTimeout)
+					s.writeCopies(ctx, ss, heldUpdate{uri: rest.uri, meta: rest.meta, copies: 1}, true)
+					cancel()
+				}
+			})
+		}
+		s.mu.Unlock()
+	}
+	s.writeCopies(ctx, ss, h, false)
+}
+
+// writeCopies writes h.copies copies of h to ss; duplicate says the first is a duplicate too.
+func (s *Server) writeCopies(ctx context.Context, ss *mcp.ServerSession, h heldUpdate, duplicate bool) {
 	for i := range h.copies {
 		params := &mcp.ResourceUpdatedNotificationParams{URI: h.uri, Meta: h.meta}
 		_, err := s.next(ctx, notifyUpdated, &mcp.ServerRequest[*mcp.ResourceUpdatedNotificationParams]{Session: ss, Params: params})
@@ -292,7 +331,7 @@ func (s *Server) writeUpdate(ctx context.Context, ss *mcp.ServerSession, h heldU
 			s.stats.SendErrors++
 		} else {
 			s.stats.UpdatesSent++
-			if i > 0 {
+			if i > 0 || duplicate {
 				s.stats.UpdatesDuplicated++
 			}
 		}

@@ -33,6 +33,10 @@ type Options struct {
 	// StormResources, StormRounds and StormCopies size the duplicate-notification storm
 	// (R27; defaults 50 resources × 10 changes, each notified 100 times).
 	StormResources, StormRounds, StormCopies int
+	// StormSpacing is the gap between the copies of one notification (default 2 ms): copies
+	// arrive as separate messages, so they reach the workflow as separate signals instead of
+	// being merged by the host within one routing batch only.
+	StormSpacing time.Duration
 	// ConvergeResources, ConvergeRate, ConvergeFor and DropRate size the convergence run
 	// (R28; defaults 1,000 resources, 20 mutations/s for 60 s, 20 % of notifications dropped).
 	ConvergeResources int
@@ -62,6 +66,9 @@ func (o *Options) defaults() {
 	}
 	if o.StormCopies == 0 {
 		o.StormCopies = 100
+	}
+	if o.StormSpacing == 0 {
+		o.StormSpacing = 2 * time.Millisecond
 	}
 	if o.ConvergeResources == 0 {
 		o.ConvergeResources = 1000

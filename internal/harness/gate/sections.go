@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/harness/invariants"
 	"github.com/mcpsync/mcpsync/internal/harness/shuffle"
@@ -155,7 +157,11 @@ func (g *run) acceptedDigests(ctx context.Context, source string) (map[string]st
 }
 
 // storm measures read amplification under duplicate notifications (R27): every change of
-// every resource is notified StormCopies times; reads per change must stay below 1.2.
+// every resource is notified StormCopies times, the copies StormSpacing apart so that they
+// reach the client as separate messages; reads per change, counted once the system is
+// quiescent, must stay below 1.2. The detail splits the duplicates into those the session
+// host merged (several notifications, one signal) and those the workflow coalesced (a signal
+// that caused no read of its own).
 func storm(ctx context.Context, g *run) ([]Row, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -164,13 +170,23 @@ func storm(ctx context.Context, g *run) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	var before int64
-	if err := g.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches d JOIN subscriptions s ON s.id = d.subscription_id
-		JOIN sources so ON so.id = s.source_id WHERE so.name = 'storm'`).Scan(&before); err != nil {
+	countReads := func() (int64, error) {
+		var c int64
+		err := g.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches d JOIN subscriptions s ON s.id = d.subscription_id
+			JOIN sources so ON so.id = s.source_id WHERE so.name = 'storm'`).Scan(&c)
+		return c, err
+	}
+	before, err := countReads()
+	if err != nil {
+		return nil, err
+	}
+	countersBefore, err := g.stormCounters(ctx)
+	if err != nil {
 		return nil, err
 	}
 	sentBefore := srv.Stats().UpdatesSent
 	srv.SetUpdateDuplicates(copies - 1)
+	srv.SetUpdateDuplicateSpacing(g.opts.StormSpacing)
 	for r := 1; r <= rounds; r++ {
 		want := map[string]string{}
 		for i := 0; i < n; i++ {
@@ -183,19 +199,90 @@ func storm(ctx context.Context, g *run) ([]Row, error) {
 		}
 		g.progress("storm: round %d/%d converged", r, rounds)
 	}
-	var after int64
-	if err := g.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches d JOIN subscriptions s ON s.id = d.subscription_id
-		JOIN sources so ON so.id = s.source_id WHERE so.name = 'storm'`).Scan(&after); err != nil {
+	// Quiescent: every copy sent and no read dispatched for a while.
+	after, err := g.waitQuiet(ctx, func() (int64, error) { return countReads() }, func() int64 { return int64(srv.Stats().UpdatesSent) }, 3*time.Second, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	countersAfter, err := g.stormCounters(ctx)
+	if err != nil {
 		return nil, err
 	}
 	changes := n * rounds
 	amp := float64(after-before) / float64(changes)
 	notified := srv.Stats().UpdatesSent - sentBefore
+	d := countersAfter.minus(countersBefore)
+	merged := d.Notifications - d.Signals
+	coalesced := d.Signals - d.NotificationReads
 	return []Row{{
 		Requirement: "R27", Metric: "read amplification under duplicate notifications", Threshold: "< 1.2x",
 		Measured: fmt.Sprintf("%.3fx", amp), Value: amp, Pass: amp < 1.2,
-		Detail: fmt.Sprintf("%d changes notified %d times (%d copies each): %d reads", changes, notified, copies, after-before),
+		Detail: fmt.Sprintf("%d changes notified %d times (%d copies each, %s apart), counted when quiescent: %d reads; "+
+			"the workflows received %d notifications as %d signals (%d merged in the host), %d signals caused no read of their own (coalesced in the workflow; %d notifications were stale or duplicate, %d covered by a read sent after they reached the host)",
+			changes, notified, copies, g.opts.StormSpacing, after-before, d.Notifications, d.Signals, merged, coalesced, d.Stale, d.Covered),
 	}}, nil
+}
+
+// stormTotals sums the notification counters of the storm source's subscription workflows.
+type stormTotals struct {
+	Notifications, Signals, Stale, Covered, NotificationReads int64
+}
+
+func (a stormTotals) minus(b stormTotals) stormTotals {
+	return stormTotals{a.Notifications - b.Notifications, a.Signals - b.Signals, a.Stale - b.Stale,
+		a.Covered - b.Covered, a.NotificationReads - b.NotificationReads}
+}
+
+// stormCounters queries every subscription workflow of the storm source for its counters.
+func (g *run) stormCounters(ctx context.Context) (stormTotals, error) {
+	subs, err := g.stack.Store.ListSubscriptions(ctx, ledger.SubscriptionFilter{Source: "storm"})
+	if err != nil {
+		return stormTotals{}, err
+	}
+	var t stormTotals
+	for _, s := range subs {
+		resp, err := g.stack.Client.QueryWorkflow(ctx, s.WorkflowID, "", contract.QueryState)
+		if err != nil {
+			return stormTotals{}, fmt.Errorf("query %s: %w", s.WorkflowID, err)
+		}
+		var v contract.StateView
+		if err := resp.Get(&v); err != nil {
+			return stormTotals{}, fmt.Errorf("query %s: %w", s.WorkflowID, err)
+		}
+		c := v.Counters
+		t.Notifications += c.Notifications
+		t.Signals += c.Signals
+		t.Stale += c.NotificationsStale
+		t.Covered += c.PulsesCovered
+		t.NotificationReads += c.ReadsByReason[mcpsync.ReasonNotification]
+	}
+	return t, nil
+}
+
+// waitQuiet waits until count and sent have not changed for quiet, and returns count then.
+func (g *run) waitQuiet(ctx context.Context, count func() (int64, error), sent func() int64, quiet, timeout time.Duration) (int64, error) {
+	deadline := time.Now().Add(timeout)
+	last, lastSent, since := int64(-1), int64(-1), time.Now()
+	for {
+		c, err := count()
+		if err != nil {
+			return 0, err
+		}
+		s := sent()
+		if c != last || s != lastSent {
+			last, lastSent, since = c, s, time.Now()
+		} else if time.Since(since) >= quiet {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("not quiescent after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // waitDigests waits until every URI of a source has the wanted accepted digest.

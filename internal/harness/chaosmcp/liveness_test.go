@@ -1,0 +1,68 @@
+package chaosmcp_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+)
+
+// Live sessions are counted per HTTP listener, with the most ever live at once (issue 12: one
+// listener per source shows two clients holding one source); a session from which nothing
+// arrives for the idle time is ended by CloseIdleSessions, one that pings is kept.
+func TestLiveSessionsPerListener(t *testing.T) {
+	s := newServer(t, chaosmcp.Options{})
+	a, err := s.StartHTTP("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := s.StartHTTP("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	dial := func(hs *chaosmcp.HTTPServer, keepAlive time.Duration) *mcp.ClientSession {
+		client := mcp.NewClient(&mcp.Implementation{Name: "live-test", Version: "0"}, &mcp.ClientOptions{KeepAlive: keepAlive})
+		cs, err := client.Connect(testCtx(t), &mcp.StreamableClientTransport{Endpoint: hs.URL, MaxRetries: 1},
+			&mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		return cs
+	}
+	quiet := dial(a, 0)
+	dial(a, 50*time.Millisecond) // pings
+	first := dial(b, 0)
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Await(testCtx(t), func(st chaosmcp.Stats) bool { return st.LiveByListener[b.ListenerID()] == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	dial(b, 0)
+	st := s.Stats()
+	want := map[string]int{a.ListenerID(): 2, b.ListenerID(): 1}
+	if diff := cmp.Diff(want, st.LiveByListener); diff != "" {
+		t.Errorf("live per listener (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, st.MaxLiveByListener); diff != "" {
+		t.Errorf("most live at once per listener (-want +got):\n%s", diff)
+	}
+
+	time.Sleep(300 * time.Millisecond)
+	if n := s.CloseIdleSessions(200 * time.Millisecond); n != 2 {
+		t.Errorf("closed %d idle sessions, want 2 (the quiet ones)", n)
+	}
+	if err := quiet.Ping(testCtx(t), nil); err == nil {
+		t.Error("the quiet session still answers after it was closed as idle")
+	}
+	st = s.Stats()
+	if diff := cmp.Diff(map[string]int{a.ListenerID(): 1}, st.LiveByListener); diff != "" {
+		t.Errorf("live per listener after closing idle sessions (-want +got):\n%s", diff)
+	}
+}
