@@ -114,6 +114,12 @@ func (w *subscription) callUnsubscribe() {
 		// The session (or the host holding it) is gone, and the server-side subscription
 		// with it: the ledger closes it when the session's end is recorded.
 		w.closeIfLedgerClosed(reasonf(nil, "session gone before the unsubscribe was acknowledged"))
+		if w.m.State() != mcpsync.StateClosed && w.boundSessionEnded() {
+			// Its end was recorded before the close fence passed (a removed source, a server
+			// that went away): no later session end will close it, and no server-side
+			// subscription outlives its session (R20). Complete the close here.
+			w.completeClose()
+		}
 		if w.m.State() != mcpsync.StateClosed {
 			w.markUnknown(reasonf(err, "session unreachable"))
 		}
@@ -205,4 +211,22 @@ func (w *subscription) finish() {
 		w.settleRead(r.future, r.ordinal, r.reqID)
 	}
 	w.lateReads = nil
+}
+
+// versionCloseOnEndedSession marks the runs that complete a close whose session had already
+// ended when the unsubscribe found it gone.
+const versionCloseOnEndedSession = "close-on-ended-session"
+
+// boundSessionEnded reports whether the session generation this subscription is bound to is
+// no longer the source's live session in the ledger (ended, or superseded by a newer one).
+// A failed look answers false: the close then goes on through UNSUBSCRIBE_UNKNOWN.
+func (w *subscription) boundSessionEnded() bool {
+	if workflow.GetVersion(w.ctx, versionCloseOnEndedSession, workflow.DefaultVersion, 1) != 1 {
+		return false
+	}
+	var sess contract.SessionInfo
+	if err := w.local(contract.ActCurrentSession, w.in.SourceID, &sess); err != nil {
+		return false
+	}
+	return !sess.Live || sess.Generation != w.st.SessionGeneration
 }

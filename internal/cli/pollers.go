@@ -38,3 +38,24 @@ func requireWorker(ctx context.Context, tc taskQueueDescriber, now time.Time) er
 	}
 	return fmt.Errorf("no worker is polling task queue %s; start mcpsync-worker (make run) and try again", contract.TaskQueue)
 }
+
+// workerGrace is how long awaitWorker gives a worker that is starting (its first poll can
+// follow its start by a few seconds) before a command gives up.
+const workerGrace = 5 * time.Second
+
+// awaitWorker is requireWorker retried for workerGrace (or until ctx ends): a worker started
+// just before the command counts, and a missing one still fails within seconds.
+func awaitWorker(ctx context.Context, tc taskQueueDescriber) error {
+	deadline := time.Now().Add(workerGrace)
+	for {
+		err := requireWorker(ctx, tc, time.Now())
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

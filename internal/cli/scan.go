@@ -52,7 +52,7 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 	}
 	if *wait {
 		// Without a worker the scan would never start: say so now, not after --timeout.
-		if err := requireWorker(ctx, tc, time.Now()); err != nil {
+		if err := awaitWorker(ctx, tc); err != nil {
 			return err
 		}
 	}

@@ -309,7 +309,7 @@ func sourceRemove(ctx context.Context, e *runEnv, args []string) error {
 		errs := signalClose(ctx, tc, open, fmt.Sprintf("source-remove/%d", src.ID), "source "+src.Name+" removed")
 		if *wait > 0 {
 			// The signals wait in Temporal for a worker; without one, say so now.
-			if err := requireWorker(ctx, tc, time.Now()); err != nil {
+			if err := awaitWorker(ctx, tc); err != nil {
 				return fmt.Errorf("source %s is removed and its %d open subscription(s) told to close, but %w", visible(src.Name), len(open), err)
 			}
 		}

@@ -55,7 +55,7 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	}
 	if *wait > 0 {
 		// Nothing would ever run the workflow: say so now instead of after the whole wait.
-		if err := requireWorker(ctx, tc, time.Now()); err != nil {
+		if err := awaitWorker(ctx, tc); err != nil {
 			return err
 		}
 	}

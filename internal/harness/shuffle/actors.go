@@ -84,10 +84,10 @@ func (iv *interleaving) reader(rng *rand.Rand, client int) {
 			a.notFound = rng.IntN(8) == 0
 			a.body = bodies[rng.IntN(len(bodies))]
 			if rng.IntN(8) == 0 {
-				// First an answer naming another resource: NOT_DISPATCHED, and the
+				// First an answer (content or not-found) naming another resource: NOT_DISPATCHED, and the
 				// dispatch stays open for the right one.
 				iv.mu.Unlock()
-				iv.answer(client, answer{d: a.d, body: "wrong uri", wrongURI: true})
+				iv.answer(client, answer{d: a.d, body: "wrong uri", wrongURI: true, notFound: rng.IntN(2) == 0})
 				iv.mu.Lock()
 			}
 			if rng.IntN(4) == 0 {
