@@ -139,7 +139,7 @@ func (w *source) recordListChanged() {
 	if w.unrecorded == nil {
 		return
 	}
-	every := workflow.GetVersion(w.ctx, versionRecordEveryListChanged, workflow.DefaultVersion, 1) == 1
+	every := patched(w.ctx, versionRecordEveryListChanged)
 	if !every {
 		// Runs recorded before: once per scan started, a failure dropped.
 		lc := *w.unrecorded

@@ -80,6 +80,9 @@ type subscription struct {
 	// the fence is tried again once it fires (R18); closeRetryCancel stops it.
 	closeRetry       workflow.Future
 	closeRetryCancel workflow.CancelFunc
+	// details is what the current details show (setDetails); detailsSet once they are set.
+	details    contract.SubscriptionProgress
+	detailsSet bool
 }
 
 // SubscriptionWorkflow is the long-lived workflow of one (principal, source, URI)
@@ -135,6 +138,7 @@ func SubscriptionWorkflow(ctx workflow.Context, in contract.SubscriptionInput) (
 		}
 	}
 	w.upsertSearch()
+	w.setDetails()
 	return w.run()
 }
 
@@ -186,11 +190,13 @@ func (w *subscription) run() (contract.StateView, error) {
 			// A close fence failed: nothing but the close is pursued until it passes (R18).
 			w.awaitCloseRetry()
 			w.upsertSearch()
+			w.setDetails()
 			continue
 		}
 		switch w.m.State() {
 		case mcpsync.StateClosed:
 			w.finish()
+			w.setDetails()
 			return w.view(), nil
 		case mcpsync.StateUnsubscribing:
 			w.unsubscribeOnServer()
@@ -208,6 +214,7 @@ func (w *subscription) run() (contract.StateView, error) {
 			return w.view(), fmt.Errorf("subscription in unexpected state %s", w.m.State())
 		}
 		w.upsertSearch()
+		w.setDetails()
 	}
 }
 

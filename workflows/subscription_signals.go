@@ -131,7 +131,7 @@ func (w *subscription) coveredByLastRead(u contract.ResourceUpdated) bool {
 		u.SessionGeneration != w.st.LastReadSessionGen || !u.ReceivedAt.Before(w.st.LastReadSentAt) {
 		return false
 	}
-	return workflow.GetVersion(w.ctx, versionCoverAfterRead, workflow.DefaultVersion, 1) == 1
+	return patched(w.ctx, versionCoverAfterRead)
 }
 
 // resolvePulses decides what the pulses received during a read call for (R13, R27): a pulse

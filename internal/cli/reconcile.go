@@ -41,6 +41,7 @@ func subscriptionInput(src ledger.Source, s ledger.Subscription) contract.Subscr
 
 // startSubscription starts (or finds running) the workflow of a subscription, registering the
 // search attributes it is started with if the namespace lacks them (no worker may have run yet).
+// The workflow carries a static summary and details for the Temporal UI.
 func startSubscription(ctx context.Context, tc client.Client, namespace, wfID string, in contract.SubscriptionInput) (client.WorkflowRun, error) {
 	if err := searchattr.Ensure(ctx, tc, namespace); err != nil {
 		return nil, err
@@ -50,6 +51,9 @@ func startSubscription(ctx context.Context, tc client.Client, namespace, wfID st
 		TaskQueue:                contract.TaskQueue,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		// What the Temporal UI shows without decoding payloads (issue 17 part 7).
+		StaticSummary: contract.SubscriptionSummary(in),
+		StaticDetails: contract.SubscriptionStaticDetails(in),
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			contract.SearchSource.ValueSet(in.Source), contract.SearchURI.ValueSet(in.URI),
 			contract.SearchPrincipal.ValueSet(in.Principal), contract.SearchState.ValueSet(string(mcpsync.StateDiscovered)),
