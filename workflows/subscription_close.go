@@ -214,14 +214,15 @@ func (w *subscription) finish() {
 }
 
 // versionCloseOnEndedSession marks the runs that complete a close whose session had already
-// ended when the unsubscribe found it gone.
+// ended when the unsubscribe found it gone (dffcd2d). It is not yet in patches: no history
+// recorded before it exists in testdata/histories (docs/UPGRADE.md says how to record one).
 const versionCloseOnEndedSession = "close-on-ended-session"
 
 // boundSessionEnded reports whether the session generation this subscription is bound to is
 // no longer the source's live session in the ledger (ended, or superseded by a newer one).
 // A failed look answers false: the close then goes on through UNSUBSCRIBE_UNKNOWN.
 func (w *subscription) boundSessionEnded() bool {
-	if workflow.GetVersion(w.ctx, versionCloseOnEndedSession, workflow.DefaultVersion, 1) != 1 {
+	if !patched(w.ctx, versionCloseOnEndedSession) {
 		return false
 	}
 	var sess contract.SessionInfo

@@ -14,15 +14,20 @@ func Digest(body []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// PutBlob stores body under its digest (content-addressed; storing it twice is a no-op) and
-// returns the digest. The MIME type is the server's and is stored through SafeText.
+// PutBlob stores body under its digest (content-addressed; storing it twice stores nothing
+// new) and returns the digest. The MIME type is the server's and is stored through SafeText.
+// Storing a blob again refreshes its age when it is older than blobTouchEvery, so Prune, which
+// deletes no blob younger than BlobGrace, cannot delete a body a read just stored for its
+// answer before the acceptance point names it (SPEC.md "Retention").
 func (s *Store) PutBlob(ctx context.Context, body []byte, mimeType string) (string, error) {
 	d := Digest(body)
 	if body == nil {
 		body = []byte{}
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO content_blobs (digest, mime_type, size, body) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (digest) DO NOTHING`, d, SafeText(mimeType), len(body), body)
+		ON CONFLICT (digest) DO UPDATE SET created_at = now()
+		WHERE content_blobs.created_at < now() - make_interval(secs => $5)`, d, SafeText(mimeType), len(body), body,
+		blobTouchEvery.Seconds())
 	if err != nil {
 		return "", fmt.Errorf("ledger: put blob: %w", err)
 	}
