@@ -3,7 +3,8 @@
 // private PostgreSQL cluster under --data-dir/pg started from the machine's PostgreSQL
 // binaries. It prints one "mcpsync-dev ready: ..." line when everything answers and writes the
 // same facts to <data-dir>/dev.env as shell KEY=VALUE lines (TEMPORAL_ADDRESS, DATABASE_URL,
-// TEMPORAL_UI, TEMPORAL_NAMESPACE), mode 0600: the private cluster trusts nobody, and its
+// TEMPORAL_UI, TEMPORAL_NAMESPACE, and TEMPORAL_TLS_CA when --tls-cert, --tls-key and --tls-ca
+// make the frontend serve TLS), mode 0600: the private cluster trusts nobody, and its
 // password, generated afresh at every start, is in DATABASE_URL there and nowhere else
 // (issue 14 item 3); what is printed or logged shows it masked. SIGINT or SIGTERM stops the
 // UI, Temporal and PostgreSQL in that order; restarting over the same --data-dir keeps all
@@ -32,6 +33,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/logging"
@@ -53,7 +55,15 @@ func run() int {
 	pgPort := fs.Int("pg-port", 55432, "PostgreSQL port on "+host+" (unused when DATABASE_URL is set)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	parentPID := fs.Int("parent-pid", 0, "stop everything when the process with this PID exits (0: never)")
+	tlsCert := fs.String("tls-cert", "", "serve the Temporal frontend over TLS with this PEM certificate (with --tls-key and --tls-ca)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	tlsCA := fs.String("tls-ca", "", "PEM file of the CA that signed --tls-cert; dev.env names it as TEMPORAL_TLS_CA")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	serverTLS, err := frontendTLS(*tlsCert, *tlsKey, *tlsCA)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcpsync-dev:", err)
 		return 2
 	}
 	log, err := logging.New(*logLevel)
@@ -119,6 +129,7 @@ func run() int {
 		UIPort:         *uiPort,
 		Logger:         log,
 		ServerLogLevel: level,
+		TLS:            serverTLS,
 	})
 	if err != nil {
 		return fail(err)
@@ -130,12 +141,16 @@ func run() int {
 	}()
 
 	envFile := filepath.Join(*dataDir, "dev.env")
-	if err := writeEnv(envFile, [][2]string{
+	vars := [][2]string{
 		{"TEMPORAL_ADDRESS", tmp.FrontendAddress()},
 		{"TEMPORAL_NAMESPACE", tmp.Namespace()},
 		{"TEMPORAL_UI", tmp.UIURL()},
 		{"DATABASE_URL", databaseURL},
-	}); err != nil {
+	}
+	if serverTLS != nil {
+		vars = append(vars, [2]string{"TEMPORAL_TLS_CA", serverTLS.CAFile})
+	}
+	if err := writeEnv(envFile, vars); err != nil {
 		return fail(err)
 	}
 	defer os.Remove(envFile) // its facts end with this process
@@ -281,3 +296,32 @@ func writeEnv(path string, vars [][2]string) error {
 	}
 	return nil
 }
+
+// frontendTLS checks --tls-cert, --tls-key and --tls-ca (all or none; readable, a matching
+// pair, a PEM CA) and returns the TLS option for the embedded frontend, nil when none is set.
+// The paths are made absolute, since dev.env is read from other directories.
+func frontendTLS(cert, key, ca string) (*devtemporal.TLS, error) {
+	if cert == "" && key == "" && ca == "" {
+		return nil, nil
+	}
+	if cert == "" || key == "" || ca == "" {
+		return nil, errors.New("--tls-cert, --tls-key and --tls-ca go together")
+	}
+	abs := make([]string, 3)
+	for i, p := range []string{cert, key, ca} {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		abs[i] = a
+	}
+	// The server's own clients verify it with the CA: check the files as a client would.
+	conn := config.TemporalConn{TLSCert: abs[0], TLSKey: abs[1], TLSCA: abs[2]}
+	if err := conn.Validate(); err != nil {
+		return nil, errors.New(flagNames.Replace(err.Error()))
+	}
+	return &devtemporal.TLS{CertFile: abs[0], KeyFile: abs[1], CAFile: abs[2]}, nil
+}
+
+// flagNames renames the settings in config's messages to mcpsync-dev's flags.
+var flagNames = strings.NewReplacer("TEMPORAL_TLS_CERT", "--tls-cert", "TEMPORAL_TLS_KEY", "--tls-key", "TEMPORAL_TLS_CA", "--tls-ca")

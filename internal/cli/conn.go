@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/redact"
 )
@@ -84,11 +85,15 @@ func (e *runEnv) temporal(ctx context.Context) (client.Client, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := client.DialContext(dctx, client.Options{
-		HostPort: e.Config.TemporalAddress, Namespace: e.Config.Namespace, Logger: quietLogger{},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("temporal at %s unreachable (%v); is mcpsync-dev running? (make run) or set TEMPORAL_ADDRESS", e.Config.TemporalAddress, err)
+	// TLS and API key from TEMPORAL_TLS_* and TEMPORAL_API_KEY (issue 17 item 1): a bad setting
+	// or a refused handshake is one line naming the setting (config.ConfigError, DialError).
+	c, err := e.Config.DialTemporal(dctx, client.Options{Logger: quietLogger{}})
+	var de *config.DialError
+	switch {
+	case errors.As(err, &de) && de.Hint == "":
+		return nil, fmt.Errorf("%v; is mcpsync-dev running? (make run) or set TEMPORAL_ADDRESS", err)
+	case err != nil:
+		return nil, err
 	}
 	e.Temporal, e.ownsClient = c, true
 	return c, nil

@@ -17,6 +17,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	mcconfig "github.com/mcpsync/mcpsync/internal/config"
 )
 
 // awaitFrontend waits until the frontend answers and knows the namespace, then registers any
@@ -63,10 +65,12 @@ func (s *Server) dial(ctx context.Context) (client.Client, error) {
 	var c client.Client
 	err := retry(ctx, func() error {
 		var err error
-		c, err = client.DialContext(ctx, client.Options{
-			HostPort:  s.FrontendAddress(),
-			Namespace: s.namespace,
-			Logger:    SDKLogger(s.log.Named("temporal-client").WithOptions(gate(zapcore.WarnLevel, s.quiet))),
+		var conn mcconfig.TemporalConn
+		if s.tls != nil {
+			conn = s.tls.conn(s.host)
+		}
+		c, err = conn.Dial(ctx, s.FrontendAddress(), s.namespace, client.Options{
+			Logger: SDKLogger(s.log.Named("temporal-client").WithOptions(gate(zapcore.WarnLevel, s.quiet))),
 		})
 		return err
 	})
@@ -99,6 +103,10 @@ func (s *Server) startUI(ctx context.Context) error {
 		"http://" + net.JoinHostPort(s.host, strconv.Itoa(s.uiPort)),
 		"http://" + net.JoinHostPort("localhost", strconv.Itoa(s.uiPort)),
 	}
+	var uiTLS uiconfig.TLS
+	if s.tls != nil {
+		uiTLS = s.tls.ui(s.host)
+	}
 	s.ui = uiserver.NewServer(uioptions.WithConfigProvider(&uiconfig.Config{
 		Host:                s.host,
 		Port:                s.uiPort,
@@ -106,6 +114,7 @@ func (s *Server) startUI(ctx context.Context) error {
 		EnableUI:            true,
 		DefaultNamespace:    s.namespace,
 		CORS:                uiconfig.CORS{AllowOrigins: origins, CookieInsecure: true},
+		TLS:                 uiTLS,
 		HideLogs:            true,
 		DisableNewsFetch:    true,
 	}))

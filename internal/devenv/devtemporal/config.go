@@ -104,6 +104,9 @@ func (s *Server) serverOptions(opts Options, sqlCfg *config.SQL) ([]temporal.Ser
 	cfg.NamespaceDefaults.Archival.History.State = "disabled"
 	cfg.NamespaceDefaults.Archival.Visibility.State = "disabled"
 	cfg.PublicClient.HostPort = frontendAddr
+	if opts.TLS != nil {
+		opts.TLS.apply(cfg, s.host)
+	}
 
 	logger := tlog.NewZapLogger(s.log.Named("temporal").WithOptions(gate(opts.ServerLogLevel, s.quiet)))
 	authorizer, err := authorization.GetAuthorizerFromConfig(&cfg.Global.Authorization)

@@ -94,6 +94,8 @@ type Options struct {
 	DynamicConfig map[string]any
 	// StartTimeout bounds the wait for the frontend and the UI to answer (default 60 s).
 	StartTimeout time.Duration
+	// TLS, if set, makes the frontend serve TLS (nil: plain text).
+	TLS *TLS
 }
 
 // Server is a running in-process Temporal service and Web UI, started by Start.
@@ -103,6 +105,7 @@ type Server struct {
 	frontend  int
 	uiPort    int
 	namespace string
+	tls       *TLS
 	dbFile    string
 	lock      *os.File
 	quiet     *atomic.Bool // set while stopping: shutdown noise is not logged
@@ -139,6 +142,11 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if opts.ServerLogLevel == nil {
 		opts.ServerLogLevel = zapcore.WarnLevel
 	}
+	if opts.TLS != nil {
+		if err := opts.TLS.validate(); err != nil {
+			return nil, err
+		}
+	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 60 * time.Second
 	}
@@ -153,6 +161,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		log:       opts.Logger,
 		host:      opts.Host,
 		namespace: opts.Namespace,
+		tls:       opts.TLS,
 		dbFile:    filepath.Join(dataDir, DatabaseFileName),
 		uiDone:    make(chan error, 1),
 		quiet:     new(atomic.Bool),
