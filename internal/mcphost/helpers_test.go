@@ -334,9 +334,9 @@ type stdioSpy struct {
 
 func (s *stdioSpy) transport(ctx context.Context, src ledger.Source) (mcp.Transport, error) {
 	tr, err := mcphost.DefaultTransport(ctx, src)
-	if ct, ok := tr.(*mcp.CommandTransport); ok {
+	if cmd := mcphost.ChildCommand(tr); cmd != nil {
 		s.mu.Lock()
-		s.cmds = append(s.cmds, ct.Command)
+		s.cmds = append(s.cmds, cmd)
 		s.mu.Unlock()
 	}
 	return tr, err

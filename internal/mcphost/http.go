@@ -64,8 +64,10 @@ type httpSourceTransport struct {
 // rotated token or variable is picked up by the next session), and TLS uses the source's CA
 // file (replacing the system roots) and client certificate. A missing variable or an
 // unreadable file is an error that names the variable or the path, never a value. A 401 or
-// 403 response becomes an error holding an *AuthError (and is recorded for AuthFailure). Its
-// Transport is an *authTransport.
+// 403 response becomes an error holding an *AuthError (and is recorded for AuthFailure). Every
+// other response from the source is bounded, before the go-sdk reads it, to JSON-RPC messages
+// of MessageLimit of the source's --max-bytes (limitBody, issue 14 item 6). Its Transport is
+// an *authTransport.
 func httpClient(_ context.Context, src ledger.Source) (*http.Client, error) {
 	c := src.Connection
 	bad := func(format string, args ...any) error {
@@ -75,7 +77,8 @@ func httpClient(_ context.Context, src ledger.Source) (*http.Client, error) {
 	if err != nil {
 		return nil, bad("URL: %w", err)
 	}
-	t := &authTransport{headers: http.Header{}, rec: &authRecorder{}, scheme: u.Scheme, host: u.Host}
+	t := &authTransport{headers: http.Header{}, rec: &authRecorder{}, scheme: u.Scheme, host: u.Host,
+		limit: MessageLimit(c.EffectiveMaxBytes()), count: &bodyCounter{}}
 	for _, h := range c.Headers {
 		t.headers.Set(h.Name, h.Value)
 	}
@@ -177,7 +180,8 @@ func readSecretFile(path string) (string, error) {
 // (never to another origin: not after a redirect, not to an OAuth authorization server that
 // shares the client); a header the SDK set itself (Content-Type, Accept, Mcp-Session-Id,
 // Mcp-Protocol-Version) is kept as the SDK set it. It turns a 401/403 from the source into an
-// *AuthError, remembered in rec.
+// *AuthError, remembered in rec. Any other response from the source has its body bounded to
+// JSON-RPC messages of at most limit bytes (limitBody).
 type authTransport struct {
 	base         *http.Transport
 	scheme, host string // the source's origin
@@ -187,6 +191,8 @@ type authTransport struct {
 	// passAuthFailures returns 401/403 responses as they are (for the OAuth handler) instead
 	// of as errors; they are still recorded.
 	passAuthFailures atomic.Bool
+	limit            int64        // MessageLimit of the source's bound
+	count            *bodyCounter // bytes read from bounded bodies
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -229,6 +235,7 @@ func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		t.rec.record(req.Method, nil)
 	}
+	limitBody(req, resp, t.limit, t.count)
 	return resp, nil
 }
 

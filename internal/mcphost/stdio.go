@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,7 +19,10 @@ import (
 
 // stdioTransport starts a stdio source as a child process (stderr passed through; on Linux
 // killed with its parent) in a sealed environment (issue 14 item 4, see childEnvironment)
-// and in the source's working directory (Connection.Cwd; the worker's when empty).
+// and in the source's working directory (Connection.Cwd; the worker's when empty). Each line
+// the child writes is bounded to MessageLimit of the source's --max-bytes before the go-sdk
+// buffers it (issue 14 item 6): a longer line ends the session with "message too large (limit
+// N bytes)" (childTransport).
 func stdioTransport(_ context.Context, src ledger.Source) (mcp.Transport, error) {
 	if len(src.Command) == 0 {
 		return nil, fmt.Errorf("source %q has no command", src.Name)
@@ -38,7 +43,85 @@ func stdioTransport(_ context.Context, src ledger.Source) (mcp.Transport, error)
 	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = childProcAttr()
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
+	return &childTransport{cmd: cmd, terminate: childTerminateDuration, limit: MessageLimit(src.Connection.EffectiveMaxBytes())}, nil
+}
+
+// childTerminateDuration is how long closing a stdio session waits for the child to exit
+// after its stdin is closed, and again after SIGTERM, before killing it.
+const childTerminateDuration = 2 * time.Second
+
+// childTransport runs a stdio source's child the way the go-sdk's CommandTransport does
+// (newline-delimited JSON over its stdin and stdout; closing closes stdin, then waits for the
+// exit, then SIGTERM, then SIGKILL, terminate apart), but reads its stdout through a
+// lineLimitReader of limit bytes per line, with the go-sdk's own (16 MiB, read-ahead
+// counting) line cap off.
+type childTransport struct {
+	cmd       *exec.Cmd
+	terminate time.Duration
+	limit     int64
+}
+
+// Connect starts the child and returns the connection over its pipes.
+func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	stdout, err := t.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdin, err := t.cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := t.cmd.Start(); err != nil {
+		return nil, err
+	}
+	conn := &mcp.IOTransport{
+		Reader:        &lineLimitReader{r: stdout, limit: t.limit},
+		Writer:        &childStdin{stdin: stdin, cmd: t.cmd, terminate: t.terminate},
+		MaxLineLength: -1,
+	}
+	return conn.Connect(ctx)
+}
+
+// childStdin is the child's stdin; closing it ends the child as CommandTransport does.
+type childStdin struct {
+	stdin     io.WriteCloser
+	cmd       *exec.Cmd
+	terminate time.Duration
+}
+
+func (w *childStdin) Write(p []byte) (int, error) { return w.stdin.Write(p) }
+
+// Close closes the child's stdin and waits for it to exit; after terminate it sends SIGTERM,
+// after terminate again SIGKILL. It returns the child's exit error.
+func (w *childStdin) Close() error {
+	if err := w.stdin.Close(); err != nil {
+		return fmt.Errorf("closing stdin: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- w.cmd.Wait() }()
+	wait := func() (error, bool) {
+		select {
+		case err := <-exited:
+			return err, true
+		case <-time.After(w.terminate):
+			return nil, false
+		}
+	}
+	if err, ok := wait(); ok {
+		return err
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err == nil {
+		if err, ok := wait(); ok {
+			return err
+		}
+	}
+	if err := w.cmd.Process.Kill(); err != nil {
+		return err
+	}
+	if err, ok := wait(); ok {
+		return err
+	}
+	return errors.New("unresponsive stdio child")
 }
 
 // inheritedEnv are the worker variables every stdio child gets, when the worker has them:
