@@ -7,13 +7,17 @@ package activities
 import (
 	"context"
 	"errors"
+	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/metrics"
+	"github.com/mcpsync/mcpsync/internal/tracing"
 )
 
 // Registry is where activities are registered (a Temporal worker).
@@ -26,6 +30,8 @@ type Registry interface {
 // request was malformed (non-retryable PermanentMCPError type).
 type Ledger struct {
 	Store *ledger.Store
+	// Metrics, if set, counts outcomes, reads by reason and latencies (issue 17, part 2).
+	Metrics *metrics.Metrics
 }
 
 // Register registers every ledger activity under its contract name.
@@ -166,6 +172,9 @@ func (a *Ledger) BeginUnsubscribe(ctx context.Context, in contract.TransitionInp
 	if err != nil {
 		return contract.TransitionOutput{}, permanent(err)
 	}
+	if r.Outcome == mcpsync.OutcomeTransitioned {
+		a.Metrics.CloseFencePassed(ctx, a.Store.Pool(), in.SubscriptionID, in.Generation)
+	}
 	return contract.TransitionOutput{
 		Outcome: r.Outcome, State: r.State, CloseOrdinal: r.CloseOrdinal, CloseEpoch: r.CloseEpoch,
 	}, nil
@@ -190,6 +199,9 @@ func (a *Ledger) AllocateReadOrdinal(ctx context.Context, in contract.AllocateIn
 	if err != nil {
 		return contract.AllocateOutput{}, permanent(err)
 	}
+	if d.Outcome == mcpsync.OutcomeAllocated {
+		a.Metrics.ReadIssued(in.Reason)
+	}
 	return contract.AllocateOutput{Outcome: d.Outcome, Ordinal: d.Ordinal, State: d.State}, nil
 }
 
@@ -197,6 +209,8 @@ func (a *Ledger) AllocateReadOrdinal(ctx context.Context, in contract.AllocateIn
 // contents were over the source's size bound (Read.TooLarge) passes the same ordinal fence and
 // leaves a TOO_LARGE receipt instead of a version (ledger.RecordTooLarge, issue 14 item 6).
 func (a *Ledger) AcceptResourceVersion(ctx context.Context, in contract.AcceptInput) (contract.AcceptOutput, error) {
+	ctx, span := tracing.Start(ctx, tracing.SpanLedgerAccept, trace.SpanKindClient, tracing.AttrSubID.Int64(in.SubscriptionID), tracing.AttrOrdinal.Int64(in.Ordinal))
+	defer span.End() // issue 17: the acceptance point's transaction in the update's trace
 	if in.Read.TooLarge {
 		o, err := a.Store.RecordTooLarge(ctx, ledger.TooLargeRequest{
 			SubscriptionID: in.SubscriptionID, Generation: in.Generation, SessionGeneration: in.SessionGeneration,
@@ -205,6 +219,7 @@ func (a *Ledger) AcceptResourceVersion(ctx context.Context, in contract.AcceptIn
 		if err != nil {
 			return contract.AcceptOutput{}, permanent(err)
 		}
+		a.Metrics.Accepted(o, "", time.Time{})
 		return contract.AcceptOutput{Outcome: o}, nil
 	}
 	r, err := a.Store.AcceptResourceVersion(ctx, ledger.AcceptRequest{
@@ -218,6 +233,7 @@ func (a *Ledger) AcceptResourceVersion(ctx context.Context, in contract.AcceptIn
 	if err != nil {
 		return contract.AcceptOutput{}, permanent(err)
 	}
+	a.Metrics.Accepted(r.Outcome, workflowID(ctx), in.Read.SentAt)
 	return contract.AcceptOutput{Outcome: r.Outcome, VersionID: r.VersionID}, nil
 }
 
@@ -230,5 +246,14 @@ func (a *Ledger) RecordNotFound(ctx context.Context, in contract.AcceptInput) (m
 	if err != nil {
 		return "", permanent(err)
 	}
+	a.Metrics.NotFound(o)
 	return o, nil
+}
+
+// workflowID is the ID of the workflow that scheduled the running activity ("" outside one).
+func workflowID(ctx context.Context) string {
+	if !activity.IsActivity(ctx) {
+		return ""
+	}
+	return activity.GetInfo(ctx).WorkflowExecution.ID
 }

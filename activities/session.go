@@ -16,6 +16,7 @@ import (
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
+	"github.com/mcpsync/mcpsync/internal/tracing"
 )
 
 // Session runs session-bound MCP calls on the live session this worker's host holds. A call
@@ -159,9 +160,20 @@ func (a *Session) MCPRead(ctx context.Context, in contract.ReadInput) (contract.
 	out := contract.ReadOutput{ServerName: ledger.BoundedText(caps.ServerName), ServerVersion: ledger.BoundedText(caps.ServerVersion)}
 	c.AwaitQuiet(ctx, in.ServerURI) // a burst of copies of one notification is covered by this read (R13, R27)
 	out.SentAt = time.Now()
-	res, err := c.Session().ReadResource(ctx, &mcp.ReadResourceParams{URI: in.ServerURI})
+	// The read's span and its W3C trace context in _meta (issue 17); no _meta when tracing is off.
+	rctx, span := tracing.StartMCPRead(ctx, in.ServerURI, in.Ordinal, in.RequestID)
+	res, err := c.Session().ReadResource(rctx, &mcp.ReadResourceParams{Meta: tracing.Meta(rctx), URI: in.ServerURI})
+	tracing.End(span, err)
 	if err != nil {
 		if IsNotFound(err) {
+			return out, nil
+		}
+		// The answer was cut off at the transport, before decoding, for exceeding the
+		// message bound of the source's --max-bytes (mcphost.MessageLimit, issue 14 item 6):
+		// it is too large. Its size is unknown; Size is the message bound it exceeded, which
+		// is above MaxBytes.
+		if limit, ok := mcphost.MessageTooLarge(err); ok {
+			out.Found, out.TooLarge, out.Size, out.MaxBytes = true, true, limit, c.Source().Connection.EffectiveMaxBytes()
 			return out, nil
 		}
 		return contract.ReadOutput{}, boundError(a.classify(c, "resources/read", err))

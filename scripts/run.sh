@@ -69,6 +69,7 @@ for uri in demo://notes/1 demo://clock/now; do
   "$bin/mcpsync" subscribe demo "$uri" --wait 60s
 done
 echo "run: Temporal UI: ${TEMPORAL_UI:-http://127.0.0.1:8233} (the subscription workflows are listed there)"
+[ -n "${MCPSYNC_METRICS_ADDR-127.0.0.1:9464}" ] && echo "run: worker metrics: http://${MCPSYNC_METRICS_ADDR-127.0.0.1:9464}/metrics (Prometheus text)"
 echo "run: accepted versions (Ctrl-C to stop):"
 "$bin/mcpsync" watch $from &
 watch_pid=$!

@@ -1,23 +1,28 @@
 // Command mcpsync-worker runs the Temporal worker (SubscriptionWorkflow and the ledger
 // activities) and the session host (one live MCP session per source, session-bound
-// activities on its own queue). It reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and
-// DATABASE_URL; the defaults match mcpsync-dev. SIGINT or SIGTERM stops it; with --parent-pid,
-// so does the exit of that process (scripts/run.sh passes its own PID, so that killing the
-// script never leaves a worker behind).
+// activities on its own queue). It reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, DATABASE_URL
+// and the Temporal TLS and API-key variables (TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY,
+// TEMPORAL_TLS_CA, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_TLS, TEMPORAL_API_KEY), each but the API
+// key also a --temporal-… flag; the defaults match mcpsync-dev. SIGINT or SIGTERM stops it;
+// with --parent-pid, so does the exit of that process (scripts/run.sh passes its own PID, so
+// that killing the script never leaves a worker behind).
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
 
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/logging"
+	"github.com/mcpsync/mcpsync/internal/metrics"
 	"github.com/mcpsync/mcpsync/internal/parentwatch"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
@@ -26,6 +31,9 @@ func main() {
 	fs := flag.NewFlagSet("mcpsync-worker", flag.ContinueOnError)
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	parentPID := fs.Int("parent-pid", 0, "stop when the process with this PID exits (0: never)")
+	// Temporal connection flags override their environment variables (issue 17 item 1).
+	env := config.FromEnv()
+	env.TemporalFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -33,20 +41,23 @@ func main() {
 		fmt.Fprintf(os.Stderr, "mcpsync-worker: unexpected argument %q\n", fs.Arg(0))
 		os.Exit(2)
 	}
+	if code := checkTemporalFlags(fs, env.Temporal, os.Stderr); code != 0 {
+		os.Exit(code)
+	}
 	log, err := logging.New(*level)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcpsync-worker:", err)
 		os.Exit(2)
 	}
 	defer log.Sync() //nolint:errcheck
-	env := config.FromEnv()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The parent's exit stops the worker as a signal would (on Linux it is delivered as SIGTERM).
 	ctx, stopWatch := parentwatch.Context(ctx, *parentPID, parentwatch.Options{})
 	defer stopWatch()
 	w, err := workerapp.Start(ctx, workerapp.Config{
-		DatabaseURL: env.DatabaseURL, TemporalAddress: env.TemporalAddress, Namespace: env.Namespace, Logger: log,
+		DatabaseURL: env.DatabaseURL, TemporalAddress: env.TemporalAddress, Namespace: env.Namespace,
+		TemporalConn: env.Temporal, Logger: log, MetricsAddr: metrics.AddrFromEnv(),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcpsync-worker:", err)
@@ -57,3 +68,28 @@ func main() {
 	w.Stop()
 	log.Info("worker stopped", zap.String("reason", context.Cause(ctx).Error()))
 }
+
+// checkTemporalFlags validates the Temporal TLS settings when any was given as a flag, so that
+// a bad flag is bad input (one line, exit 2) before anything is contacted; a bad environment
+// variable surfaces at connect (exit 1).
+func checkTemporalFlags(fs *flag.FlagSet, conn config.TemporalConn, stderr io.Writer) int {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || strings.HasPrefix(f.Name, "temporal-tls") })
+	if !given {
+		return 0
+	}
+	if err := conn.Validate(); err != nil {
+		fmt.Fprintln(stderr, "mcpsync-worker:", flagNames.Replace(err.Error()))
+		return 2
+	}
+	return 0
+}
+
+// flagNames names the flags beside the variables in config's messages.
+var flagNames = strings.NewReplacer(
+	"TEMPORAL_TLS_CERT", "--temporal-tls-cert (TEMPORAL_TLS_CERT)",
+	"TEMPORAL_TLS_KEY", "--temporal-tls-key (TEMPORAL_TLS_KEY)",
+	"TEMPORAL_TLS_CA", "--temporal-tls-ca (TEMPORAL_TLS_CA)",
+	"TEMPORAL_TLS_SERVER_NAME", "--temporal-tls-server-name (TEMPORAL_TLS_SERVER_NAME)",
+	"TEMPORAL_TLS", "--temporal-tls (TEMPORAL_TLS)",
+)

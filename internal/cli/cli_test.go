@@ -261,6 +261,9 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"reconcile", "demo", "not a uri"}, want: `mcpsync reconcile: uri "not a uri": `, contains: true},
 
 		// rollout
+		// prune (more rows in prune_test.go)
+		{args: []string{"prune", "--older-than", "-1h"}, want: "mcpsync prune: --older-than must not be negative, got -1h0m0s"},
+
 		{args: []string{"rollout"}, want: "mcpsync rollout: missing ACTION {usage}"},
 		{args: []string{"rollout", "sideways"}, want: `mcpsync rollout: unknown rollout action "sideways": want status, shadow, live or rollback {usage}`},
 		{args: []string{"rollout", "live", "now"}, want: `mcpsync rollout: unexpected argument "now" {usage}`},
@@ -295,6 +298,9 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"gate", "--resources", "0"}, want: "mcpsync gate: --resources must be positive, got 0"},
 		{args: []string{"gate", "--revocations", "0"}, want: "mcpsync gate: --revocations must be positive, got 0"},
 		{args: []string{"gate", "--json=yes"}, want: `mcpsync gate: invalid boolean value "yes" for -json: parse error {usage}`},
+
+		// explain (its other rows are in explain_test.go; this one keeps every command covered)
+		{args: []string{"explain", "demo"}, want: "mcpsync explain: missing URI {usage}"},
 	}
 	covered := map[string]int{}
 	for _, tt := range tests {

@@ -73,6 +73,11 @@ type Options struct {
 	// session are sequential, outside the MCP client's handlers; list_changed notifications
 	// that arrive while a call runs are coalesced into one call.
 	SourceEvents func(ctx context.Context, ev SourceEvent)
+	// OnHealth, if set, is told of every health report of a source this host holds, as it is
+	// made (before the ledger write), and of the host letting the source go (an empty State);
+	// the worker's metrics count sessions by state and reconnects with it (issue 17). It must
+	// not block.
+	OnHealth func(sourceID int64, r ledger.HealthReport)
 }
 
 // Host maintains the sessions of the sources it holds.

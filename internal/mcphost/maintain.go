@@ -42,6 +42,15 @@ func (h *Host) maintain(ctx context.Context, src ledger.Source) {
 	go rep.run()
 	defer func() {
 		rep.close() // its last report goes out while the lease is still ours
+		if f := h.opts.OnHealth; f != nil {
+			f(src.ID, ledger.HealthReport{}) // no longer held by this host
+		}
+		// A restart for a changed definition keeps the lease (the source restarts here, no
+		// hand-over churn); after a failed renewal the ledger is unreachable, so there is
+		// nothing to release and the lease simply expires.
+		if cause := context.Cause(ctx); errors.Is(cause, errDefinitionChanged) || errors.Is(cause, errLeaseRenewalFailed) {
+			return
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := h.opts.Store.ReleaseSource(rctx, src.ID, h.opts.Queue); err != nil {
@@ -171,6 +180,9 @@ func newHealthReporter(h *Host, sourceID int64, log *zap.Logger) *healthReporter
 
 // report queues r, merged with any report not yet written.
 func (r *healthReporter) report(rep ledger.HealthReport) {
+	if f := r.h.opts.OnHealth; f != nil {
+		f(r.sourceID, rep)
+	}
 	r.mu.Lock()
 	if p := r.pending; p != nil {
 		rep.Reconnects += p.Reconnects

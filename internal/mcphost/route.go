@@ -12,6 +12,7 @@ import (
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/tracing"
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
@@ -233,6 +234,9 @@ func (c *Conn) record(n notification, log *zap.Logger) {
 	}
 	var targets []ledger.NotificationTarget
 	var audit mcpsync.ReceiptKind
+	// One trace per routed notification: its signals carry it into the workflow (issue 17).
+	ctx, span := c.traceNotification(ctx, n)
+	defer func() { span.SetAttributes(tracing.AttrTargets.Int(len(targets))); tracing.End(span, err) }()
 	err = retry(ctx, func(ctx context.Context) error {
 		var err error
 		targets, audit, err = store.RecordNotification(ctx, ledger.Notification{

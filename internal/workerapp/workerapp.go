@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/activities"
 	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/logging"
@@ -33,13 +34,22 @@ type Config struct {
 	DatabaseURL     string
 	TemporalAddress string
 	Namespace       string
-	Logger          *zap.Logger
+	// TemporalConn is TLS and the API key for the Temporal connection (issue 17 item 1).
+	TemporalConn config.TemporalConn
+	Logger       *zap.Logger
 	// Client, if set, is used instead of dialling TemporalAddress (tests).
 	Client client.Client
 	// HostQueue names this worker's session-host queue; a unique name is made if empty.
 	HostQueue string
 	// Host tunes the session host (Store, Signaler and Queue are filled in).
 	Host mcphost.Options
+	// Prune is the retention schedule (prune.go); nil: MCPSYNC_PRUNE_EVERY and
+	// MCPSYNC_PRUNE_OLDER_THAN, off by default.
+	Prune *PruneSchedule
+	// MetricsAddr is where /metrics is served (internal/metrics; mcpsync-worker passes
+	// MCPSYNC_METRICS_ADDR, default 127.0.0.1:9464); empty disables metrics. The Temporal
+	// SDK's metrics are included only for the client the worker dials itself (Client nil).
+	MetricsAddr string
 }
 
 // workerOptions keeps enough pollers waiting that the server can hand tasks over directly
@@ -61,6 +71,8 @@ type Worker struct {
 	cancel     context.CancelFunc
 	hostDone   chan struct{}
 	stopOnce   sync.Once
+	obs        *workerMetrics // nil: metrics disabled
+	trace      *workerTracing // nil before Start set it up; off: no interceptors
 }
 
 // Start connects to Postgres (applying migrations) and Temporal (registering the search
@@ -72,6 +84,10 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = "default"
+	}
+	prune, err := cfg.pruneSchedule()
+	if err != nil {
+		return nil, err
 	}
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -91,13 +107,18 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		cfg.Logger.Info("ledger migrations applied", zap.Ints("versions", applied))
 	}
 	w := &Worker{Store: ledger.New(pool), pool: pool, Client: cfg.Client, hostDone: make(chan struct{})}
+	if w.obs, err = startMetrics(cfg, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if w.Client == nil {
-		c, err := client.DialContext(ctx, client.Options{
-			HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: logging.Temporal(cfg.Logger.Named("temporal")),
+		c, err := cfg.TemporalConn.Dial(ctx, cfg.TemporalAddress, cfg.Namespace, client.Options{
+			Logger: logging.Temporal(cfg.Logger.Named("temporal")), MetricsHandler: w.obs.temporalHandler(),
 		})
 		if err != nil {
+			w.obs.close()
 			pool.Close()
-			return nil, fmt.Errorf("temporal at %s unreachable: %w", cfg.TemporalAddress, err)
+			return nil, err // one line naming the address or setting (config.DialError, ConfigError)
 		}
 		w.Client, w.ownsClient = c, true
 	}
@@ -111,22 +132,27 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		queue = fmt.Sprintf("mcpsync-host-%s-%d-%d", host, os.Getpid(), time.Now().UnixNano()%1e6)
 	}
 	hopts := cfg.Host
-	hopts.Store, hopts.Signaler, hopts.Queue = w.Store, w.Client, queue
+	if w.trace, err = startTracing(ctx, w.Client, cfg); err != nil {
+		w.close()
+		return nil, err
+	}
+	hopts.Store, hopts.Signaler, hopts.Queue = w.Store, w.trace.signaler(w.Client), queue
 	if hopts.Logger == nil {
 		hopts.Logger = cfg.Logger
 	}
 	if hopts.SourceEvents == nil {
 		hopts.SourceEvents = SourceEventSignaler(w.Client, cfg.Logger)
 	}
+	w.obs.instrument(&hopts)
 	w.Host = mcphost.New(hopts)
 
-	main := worker.New(w.Client, contract.TaskQueue, workerOptions)
+	main := worker.New(w.Client, contract.TaskQueue, w.trace.options(workerOptions))
 	main.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
 	main.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
 	main.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
-	(&activities.Ledger{Store: w.Store}).Register(main)
+	(&activities.Ledger{Store: w.Store, Metrics: w.obs.metrics()}).Register(main)
 	(&activities.Catalog{Store: w.Store}).Register(main)
-	hostWorker := worker.New(w.Client, queue, workerOptions)
+	hostWorker := worker.New(w.Client, queue, w.trace.options(workerOptions))
 	(&activities.Session{Host: w.Host, Store: w.Store}).Register(hostWorker)
 	(&activities.Discovery{Host: w.Host, Store: w.Store}).Register(hostWorker)
 	for _, wk := range []worker.Worker{main, hostWorker} {
@@ -145,6 +171,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		defer close(w.hostDone)
 		_ = w.Host.Run(hctx)
 	}()
+	startPrune(hctx, w.Store, prune, cfg.Logger)
 	cfg.Logger.Info("worker started", zap.String("task_queue", contract.TaskQueue), zap.String("host_queue", queue))
 	return w, nil
 }
@@ -165,8 +192,10 @@ func (w *Worker) Stop() {
 }
 
 func (w *Worker) close() {
+	w.trace.close()
 	if w.ownsClient {
 		w.Client.Close()
 	}
+	w.obs.close()
 	w.pool.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -68,6 +69,17 @@ type ReadFault struct {
 type readFaults struct {
 	notFound NotFoundStyle
 	faults   []*readFaultState
+	// lastMeta is the _meta of the latest resources/read of each URI (nil entries included).
+	lastMeta map[string]map[string]any
+}
+
+// LastReadMeta returns a copy of the _meta of the latest resources/read request of uri, and
+// whether such a read arrived; a read without _meta gives a nil map and true.
+func (s *Server) LastReadMeta(uri string) (map[string]any, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.read.lastMeta[uri]
+	return maps.Clone(m), ok
 }
 
 type readFaultState struct {
@@ -155,6 +167,10 @@ func (s *Server) handleRead(ctx context.Context, req mcp.Request) (mcp.Result, e
 	uri := p.URI
 	s.mu.Lock()
 	s.stats.Reads[uri]++
+	if s.read.lastMeta == nil {
+		s.read.lastMeta = map[string]map[string]any{}
+	}
+	s.read.lastMeta[uri] = maps.Clone(p.Meta)
 	s.changedLocked()
 	fault := s.matchReadLocked(uri)
 	sess := s.sessions[sessionPtr(req)]
