@@ -110,10 +110,18 @@ func (a *Ledger) CurrentSession(ctx context.Context, sourceID int64) (contract.S
 	if err != nil {
 		return contract.SessionInfo{}, err
 	}
-	return contract.SessionInfo{
+	info := contract.SessionInfo{
 		Live: true, Generation: s.Generation, HostQueue: s.HostQueue, CanSubscribe: s.Caps.Subscribe,
 		ListChanged: s.Caps.ListChanged, SnapshotIDs: s.Caps.SnapshotIDs,
-	}, nil
+	}
+	// The source's periods as they are now, so that a `source update` reaches running
+	// subscriptions when they establish themselves on the next session.
+	src, err := a.Store.SourceByID(ctx, sourceID)
+	if err != nil {
+		return contract.SessionInfo{}, err
+	}
+	info.BackstopSeconds, info.PollSeconds, info.DefinitionVersion = src.BackstopSeconds, src.PollSeconds, src.DefinitionVersion
+	return info, nil
 }
 
 func transition(r ledger.TransitionResult, err error) (contract.TransitionOutput, error) {

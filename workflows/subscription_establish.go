@@ -31,6 +31,7 @@ func (w *subscription) establish() {
 		w.st.EstablishFailures++
 		return
 	}
+	w.followDefinition(sess)
 	var tr contract.TransitionOutput
 	if err := w.local(contract.ActBeginSubscribe, w.transition(sess.Generation, ""), &tr); err != nil {
 		w.failEstablish(reasonf(err, "begin subscribe"))
@@ -106,4 +107,23 @@ func (w *subscription) markReconciliationRequired(reason string) bool {
 	}
 	w.st.PendingMark = ""
 	return true
+}
+
+// followDefinition adopts the source's refresh periods when its definition changed since this
+// subscription last established itself (`source update`, which also starts the new session
+// that brought it here); the first establishment only notes the version, the start input
+// carrying the periods of that time.
+func (w *subscription) followDefinition(sess contract.SessionInfo) {
+	switch {
+	case !w.st.DefinitionSeen:
+		w.st.DefinitionVersion, w.st.DefinitionSeen = sess.DefinitionVersion, true
+	case sess.DefinitionVersion > w.st.DefinitionVersion && sess.BackstopSeconds > 0 && sess.PollSeconds > 0:
+		w.st.DefinitionVersion = sess.DefinitionVersion
+		w.st.BackstopSeconds, w.st.PollSeconds = sess.BackstopSeconds, sess.PollSeconds
+		if w.refreshCancel != nil {
+			// The refresh timer runs at the old period: re-arm it at the new one.
+			w.refreshCancel()
+			w.refresh, w.refreshCancel = nil, nil
+		}
+	}
 }

@@ -183,9 +183,13 @@ func (w *subscription) afterRefusal(outcome mcpsync.Outcome, phase string) {
 // or poll timer (servers without resources.subscribe, R11), jittered.
 func (w *subscription) idle() {
 	if w.refresh == nil {
-		period, reason := w.in.BackstopSeconds, mcpsync.ReasonBackstop
+		backstop, poll := w.in.BackstopSeconds, w.in.PollSeconds
+		if w.st.BackstopSeconds > 0 && w.st.PollSeconds > 0 {
+			backstop, poll = w.st.BackstopSeconds, w.st.PollSeconds
+		}
+		period, reason := backstop, mcpsync.ReasonBackstop
 		if !w.st.CanSubscribe {
-			period, reason = w.in.PollSeconds, mcpsync.ReasonPoll
+			period, reason = poll, mcpsync.ReasonPoll
 		}
 		if period <= 0 {
 			period = 30

@@ -39,6 +39,14 @@ type SubscriptionState struct {
 	PendingReconcile     bool
 	LastNotificationGen  int64
 	LastNotificationSeq  int64
+	// DefinitionVersion is the source's definition version this subscription last saw when
+	// it established itself (DefinitionSeen: it has seen one). When a later establishment
+	// finds a newer one (`source update`), the source's periods then replace the start
+	// input's: BackstopSeconds and PollSeconds (0: the start input's).
+	DefinitionVersion int64 `json:",omitempty"`
+	DefinitionSeen    bool  `json:",omitempty"`
+	BackstopSeconds   int   `json:",omitempty"`
+	PollSeconds       int   `json:",omitempty"`
 	// LastReadSentAt is when the host sent the last read that answered, on the clock of the
 	// host of session LastReadSessionGen: a notification of that session received before it
 	// is covered by that read (R13, R27).
@@ -147,6 +155,12 @@ type SessionInfo struct {
 	CanSubscribe bool
 	ListChanged  bool
 	SnapshotIDs  bool
+	// BackstopSeconds and PollSeconds are the source's refresh periods as the ledger holds
+	// them now, under DefinitionVersion (`source update` raises it); all 0 in results
+	// recorded before they were added.
+	BackstopSeconds   int   `json:",omitempty"`
+	PollSeconds       int   `json:",omitempty"`
+	DefinitionVersion int64 `json:",omitempty"`
 }
 
 // TransitionInput names a guarded state transition of a subscription.
