@@ -438,31 +438,38 @@ func (s *Store) RecordNotFound(ctx context.Context, req NotFoundRequest) (mcpsyn
 	if req.RequestID == "" {
 		return "", fmt.Errorf("ledger: record not found: empty request ID: %w", ErrInvalid)
 	}
-	out, err := retryOnConflict(func() (mcpsync.Outcome, error) {
+	out, err := s.keyedAnswer(ctx, req.SubscriptionID, req.idemKey(), notFoundSQL,
+		req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal, req.RequestID, req.idemKey())
+	if err != nil {
+		return "", fmt.Errorf("ledger: not-found for ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
+	}
+	return out, nil
+}
+
+// keyedAnswer runs one answer statement (not-found, too-large) behind the subscription's row
+// lock, in its own transaction: the statement returns the outcome it recorded (kind), or
+// none and whether a receipt under key exists; then the first outcome recorded under key is
+// the answer (a retry of the same call). Retried on a key conflict or a deadlock.
+func (s *Store) keyedAnswer(ctx context.Context, subscriptionID int64, key, stmt string, args ...any) (mcpsync.Outcome, error) {
+	return retryOnConflict(func() (mcpsync.Outcome, error) {
 		var kind *string
 		var exists bool
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
-			if err := lockSubscription(ctx, tx, req.SubscriptionID); err != nil {
+			if err := lockSubscription(ctx, tx, subscriptionID); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, notFoundSQL,
-				req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
-				req.RequestID, req.idemKey()).Scan(&kind, &exists, new(int64))
+			return tx.QueryRow(ctx, stmt, args...).Scan(&kind, &exists, new(int64))
 		})
 		if err != nil {
 			return "", err
 		}
 		if kind == nil {
-			if kind, err = s.firstOutcome(ctx, exists, req.SubscriptionID, req.idemKey()); err != nil {
+			if kind, err = s.firstOutcome(ctx, exists, subscriptionID, key); err != nil {
 				return "", err
 			}
 		}
 		return mcpsync.Outcome(*kind), nil
 	})
-	if err != nil {
-		return "", fmt.Errorf("ledger: not-found for ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
-	}
-	return out, nil
 }
 
 // TooLargeRequest reports that a dispatched read answered with contents larger than the
@@ -528,27 +535,8 @@ func (s *Store) RecordTooLarge(ctx context.Context, req TooLargeRequest) (mcpsyn
 	if req.RequestID == "" || req.Size <= req.MaxBytes {
 		return "", fmt.Errorf("ledger: record too large: request %q, %d bytes within %d: %w", req.RequestID, req.Size, req.MaxBytes, ErrInvalid)
 	}
-	out, err := retryOnConflict(func() (mcpsync.Outcome, error) {
-		var kind *string
-		var exists bool
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
-			if err := lockSubscription(ctx, tx, req.SubscriptionID); err != nil {
-				return err
-			}
-			return tx.QueryRow(ctx, tooLargeSQL,
-				req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
-				req.RequestID, req.idemKey(), req.Size, req.MaxBytes).Scan(&kind, &exists, new(int64))
-		})
-		if err != nil {
-			return "", err
-		}
-		if kind == nil {
-			if kind, err = s.firstOutcome(ctx, exists, req.SubscriptionID, req.idemKey()); err != nil {
-				return "", err
-			}
-		}
-		return mcpsync.Outcome(*kind), nil
-	})
+	out, err := s.keyedAnswer(ctx, req.SubscriptionID, req.idemKey(), tooLargeSQL,
+		req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal, req.RequestID, req.idemKey(), req.Size, req.MaxBytes)
 	if err != nil {
 		return "", fmt.Errorf("ledger: too-large read for ordinal %d of subscription %d: %w", req.Ordinal, req.SubscriptionID, err)
 	}
