@@ -113,7 +113,7 @@ func TestNotificationQueueOverflowLosesNothing(t *testing.T) {
 	for _, u := range uris {
 		want[subs[u].WorkflowID] = flood // the overflow's last sequence number covers them all
 	}
-	got := lastSignalled(sig.wait(t, "every live subscription signalled after the overflow", func(s []signal) bool {
+	sig.wait(t, "every live subscription signalled after the overflow", func(s []signal) bool {
 		m := lastSignalled(s)
 		for _, u := range uris {
 			if m[subs[u].WorkflowID] < lastSeqOf[u] {
@@ -121,9 +121,9 @@ func TestNotificationQueueOverflowLosesNothing(t *testing.T) {
 			}
 		}
 		return len(m) >= len(uris)
-	}))
+	})
 	time.Sleep(200 * time.Millisecond) // anything more would have come by now
-	got = lastSignalled(sig.all())
+	got := lastSignalled(sig.all())
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("last sequence number signalled per subscription (-want +got):\n%s", diff)
 	}

@@ -233,9 +233,6 @@ type OAuthTokenFile struct {
 	Issuer       string   `json:"issuer,omitempty"`
 }
 
-// maxTokenFileBytes bounds a token file.
-const maxTokenFileBytes = 64 << 10
-
 // ReadOAuthTokenFile reads the token file at path. A file that others than its owner may read
 // or write (mode not 0600 or stricter), a malformed file or one without an access token is an
 // error naming the path, never a value.
