@@ -214,8 +214,10 @@ func (w *subscription) finish() {
 }
 
 // versionCloseOnEndedSession marks the runs that complete a close whose session had already
-// ended when the unsubscribe found it gone (dffcd2d). It is not yet in patches: no history
-// recorded before it exists in testdata/histories (docs/UPGRADE.md says how to record one).
+// ended when the unsubscribe found it gone (dffcd2d). A run whose history got there before
+// the patch replays the old branch: UNSUBSCRIBE_UNKNOWN, retrying the dead session until the
+// ledger closes the subscription with a newer session (close-on-ended-session-v0 in
+// testdata/histories).
 const versionCloseOnEndedSession = "close-on-ended-session"
 
 // boundSessionEnded reports whether the session generation this subscription is bound to is

@@ -34,6 +34,14 @@ var patchHistories = map[string]struct{ pre, post []string }{
 		pre:  []string{"cover-after-read-v0-00-Completed.json"},
 		post: []string{"cover-after-read-v1-00-Completed.json"},
 	},
+	// Recorded by internal/harness/e2e TestHistoriesCloseOnEndedSession: -pre-patch on 893e321
+	// with the workflows of dffcd2d~1 (the unsubscribe after the session's end goes to
+	// UNSUBSCRIBE_UNKNOWN and is retried until the source's next session closes it), and on
+	// the current code (closed at once).
+	"close-on-ended-session": {
+		pre:  []string{"close-on-ended-session-v0-00-Completed.json"},
+		post: []string{"close-on-ended-session-v1-00-Completed.json"},
+	},
 }
 
 // distinguishing are the pre-patch histories that the new branch of their patch cannot replay:
@@ -41,6 +49,7 @@ var patchHistories = map[string]struct{ pre, post []string }{
 var distinguishing = map[string]string{
 	"record-every-list-changed": "record-every-list-changed-v0-01-ContinuedAsNew.json",
 	"cover-after-read":          "cover-after-read-v0-00-Completed.json",
+	"close-on-ended-session":    "close-on-ended-session-v0-00-Completed.json",
 }
 
 // Issue 17 part 5: every patch has a history recorded before it, which carries no marker of

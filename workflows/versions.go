@@ -14,6 +14,7 @@ import "go.temporal.io/sdk/workflow"
 var patches = []string{
 	versionRecordEveryListChanged, // f773392, SourceWorkflow
 	versionCoverAfterRead,         // d9eceaa, SubscriptionWorkflow
+	versionCloseOnEndedSession,    // dffcd2d, SubscriptionWorkflow
 }
 
 // unguardedPatches, set only by tests, makes every patch take its new branch without a

@@ -27,7 +27,7 @@ func gate(ctx context.Context, e *runEnv, args []string) error {
 	fs.String("database", "", "admin URL of a Postgres server to use (empty: MCPSYNC_GATE_DATABASE_URL, or a private one)")
 	fs.String("only", "", "comma-separated sections to run (shuffles,discovery,storm,converge,revocation); the invariants always run")
 	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
-	revocations := fs.Int("revocations", 100, "principals revoked with reads in flight for the revocation latency (R29)")
+	revocations := fs.Int("revocations", 1000, "principals revoked with reads in flight for the revocation latency (R29)")
 	fs.String("log-level", "warn", "log level of the deployment's component logs")
 	fs.String("log-file", "", "file for the deployment's component logs (empty: a new temporary file, named on the console)")
 	if _, err := parse(fs, args, usage); err != nil {

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"sync/atomic"
@@ -19,7 +20,8 @@ import (
 )
 
 // prePatch says the workflow code under test predates the patch the test is about
-// (TestHistoriesCoverAfterRead: d9eceaa; TestHistoriesListChangedDuringScan: f773392): the
+// (TestHistoriesCoverAfterRead: d9eceaa; TestHistoriesListChangedDuringScan: f773392;
+// TestHistoriesCloseOnEndedSession: dffcd2d): the
 // test then expects the old branch and records its histories as the pre-patch ones
 // (<change>-v0). See docs/UPGRADE.md for recording them from a worktree of the old commit.
 var prePatch = flag.Bool("pre-patch", false,
@@ -165,6 +167,107 @@ func TestHistoriesListChangedDuringScan(t *testing.T) {
 		t.Errorf("pre-patch %v: version markers %v", *prePatch, markers)
 	}
 	t.Logf("%d list_changed signals in the newest run, markers %v", signals, markers)
+}
+
+// closeOnEndedSessionChange is the change ID of the close-on-ended-session patch
+// (workflows/subscription_close.go, versionCloseOnEndedSession).
+const closeOnEndedSessionChange = "close-on-ended-session"
+
+// R20, issue 17 part 5: a subscription whose source is removed loses its session (the host
+// drops it and records its end, which fences the ACTIVE subscription but closes nothing);
+// the unsubscribe that arrives afterwards finds the session gone (StaleSession). A run of the
+// current code goes through the close-on-ended-session patch (a version marker) and closes at
+// once: one MCP unsubscribe, no UNSUBSCRIBE_UNKNOWN. With -pre-patch, on the code before
+// dffcd2d, it waits in UNSUBSCRIBE_UNKNOWN retrying the dead session until a new session of
+// the source (the source added again) makes the ledger close it. With -record-histories the
+// subscription's history is written to workflows/testdata/histories as
+// close-on-ended-session-v1-NN (or -v0-NN with -pre-patch).
+func TestHistoriesCloseOnEndedSession(t *testing.T) {
+	s := newStack(t)
+	const uri = "demo://notes/1"
+	url := s.serveChaos("ended", uri, "v1")
+	s.mustCLI("source", "add", "ended", "--url", url)
+	s.mustCLI("subscribe", "ended", uri)
+	sub := s.waitDigest("ended", uri, ledger.Digest([]byte("v1")))
+	s.waitView(sub.WorkflowID, "ACTIVE", func(v contract.StateView) bool { return v.State == mcpsync.StateActive })
+
+	// The source removed in the ledger only (what `source remove` does before it signals):
+	// the host drops its session and records the end before any unsubscribe arrives.
+	src, open, err := s.st.RemoveSource(s.ctx, "ended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(open) != 1 || open[0].WorkflowID != sub.WorkflowID {
+		t.Fatalf("open subscriptions at removal: %+v, want only %s", open, sub.WorkflowID)
+	}
+	eventually(t, 30*time.Second, "the session's end recorded", func() (bool, string) {
+		sess, err := s.st.CurrentSession(s.ctx, src.ID)
+		return errors.Is(err, ledger.ErrNoSession), fmt.Sprintf("%+v %v", sess, err)
+	})
+	if got := s.sub("ended", uri); got.State != mcpsync.StateReconciliationRequired {
+		t.Errorf("after the session ended the ledger has %s, want RECONCILIATION_REQUIRED (fenced, not closed)", got.State)
+	}
+	if err := s.tc.SignalWorkflow(s.ctx, sub.WorkflowID, "", contract.SignalUnsubscribe,
+		contract.Unsubscribe{ID: fmt.Sprintf("source-remove/%d", src.ID), Reason: "source ended removed"}); err != nil {
+		t.Fatal(err)
+	}
+
+	if *prePatch {
+		// The old code retries the unsubscribe on the dead session; only a new session of the
+		// source closes it in the ledger, and the retry then follows the ledger.
+		s.waitView(sub.WorkflowID, "UNSUBSCRIBE_UNKNOWN, retried", func(v contract.StateView) bool {
+			return v.State == mcpsync.StateUnsubscribeUnknown && mcpUnsubscribes(s.history(sub.WorkflowID)) >= 2
+		})
+		s.mustCLI("source", "add", "ended", "--url", url)
+	}
+	eventually(t, 60*time.Second, "the subscription workflow completed", func() (bool, string) {
+		d, err := s.tc.DescribeWorkflowExecution(s.ctx, sub.WorkflowID, "")
+		if err != nil {
+			return false, err.Error()
+		}
+		st := d.GetWorkflowExecutionInfo().GetStatus()
+		return st == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, st.String()
+	})
+	if got := s.sub("ended", uri); got.State != mcpsync.StateClosed {
+		t.Errorf("ledger state %s (%s), want CLOSED", got.State, got.StateReason)
+	}
+	hist := s.history(sub.WorkflowID)
+
+	prefix := "close-on-ended-session-v1"
+	if *prePatch {
+		prefix = "close-on-ended-session-v0"
+	}
+	if n := s.replayHistories(map[string]string{contract.SubscriptionWorkflowName: prefix})[contract.SubscriptionWorkflowName]; n != 1 {
+		t.Errorf("%d subscription executions, want 1", n)
+	}
+
+	type branch struct {
+		Markers        []string
+		WentUnknown    bool // an UNSUBSCRIBE_UNKNOWN receipt
+		OneUnsubscribe bool // a single MCP unsubscribe, not retried
+	}
+	want := branch{Markers: []string{closeOnEndedSessionChange + "=1"}, WentUnknown: false, OneUnsubscribe: true}
+	if *prePatch {
+		want = branch{Markers: nil, WentUnknown: true, OneUnsubscribe: false}
+	}
+	unknown := s.count(`SELECT count(*) FROM receipts WHERE subscription_id = $1 AND kind = 'UNSUBSCRIBE_UNKNOWN'`, sub.ID)
+	n := mcpUnsubscribes(hist)
+	got := branch{Markers: versionMarkers(t, hist, closeOnEndedSessionChange), WentUnknown: unknown > 0, OneUnsubscribe: n == 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("branch taken by the unsubscribe on the ended session (-want +got):\n%s", diff)
+	}
+	t.Logf("%d MCP unsubscribes, %d UNSUBSCRIBE_UNKNOWN receipts, %d events", n, unknown, len(hist.GetEvents()))
+}
+
+// mcpUnsubscribes counts the MCP unsubscribe activities scheduled in hist.
+func mcpUnsubscribes(hist *history.History) int {
+	n := 0
+	for _, ev := range hist.GetEvents() {
+		if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == contract.ActMCPUnsubscribe {
+			n++
+		}
+	}
+	return n
 }
 
 // waitView queries the subscription workflow wfID until cond holds for its state view.

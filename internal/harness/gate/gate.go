@@ -46,8 +46,7 @@ type Options struct {
 	// Within is the convergence deadline of R28 (default 60 s).
 	Within time.Duration
 	// Revocations is the number of principals revoked, each with reads in flight, for the
-	// revocation latency of R29 (default 100: on 2 cores a setup of 1,000 principals does not
-	// reach ACTIVE within the section's wait).
+	// revocation latency of R29 (default 1,000).
 	Revocations int
 	// Only, if set, runs only the sections named (shuffles, discovery, storm, converge,
 	// revocation); the checker self-test and the invariants always run.
@@ -86,7 +85,7 @@ func (o *Options) defaults() {
 		o.Within = 60 * time.Second
 	}
 	if o.Revocations == 0 {
-		o.Revocations = 100
+		o.Revocations = 1000
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
