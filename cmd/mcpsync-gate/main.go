@@ -31,7 +31,7 @@ func main() {
 	database := fs.String("database", os.Getenv("MCPSYNC_GATE_DATABASE_URL"), "admin URL of a Postgres server to use (empty: start a private one)")
 	only := fs.String("only", "", "comma-separated sections to run (shuffles,discovery,storm,converge,revocation); the checker self-test and the invariants always run")
 	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
-	revocations := fs.Int("revocations", 100, "principals revoked with reads in flight for the revocation latency (R29)")
+	revocations := fs.Int("revocations", 1000, "principals revoked with reads in flight for the revocation latency (R29)")
 	logLevel := fs.String("log-level", "warn", "log level of the deployment's component logs")
 	logFile := fs.String("log-file", "", "file for the component logs of the deployment (empty: a new file in the temporary directory); the console shows only progress and the table")
 	if err := fs.Parse(os.Args[1:]); err != nil {

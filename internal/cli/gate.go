@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	register(command{"gate", "[--shuffles 100000] [--resources 1000] [--revocations 100] [--only a,b] [--json] [--database URL]: run the release gate (mcpsync-gate) and print its table", gate})
+	register(command{"gate", "[--shuffles 100000] [--resources 1000] [--revocations 1000] [--only a,b] [--json] [--database URL]: run the release gate (mcpsync-gate) and print its table", gate})
 }
 
 // gate runs mcpsync-gate (built next to mcpsync; it embeds a whole deployment, so the CLI does
