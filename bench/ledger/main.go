@@ -257,6 +257,10 @@ func setup(ctx context.Context, st *ledger.Store, pool *pgxpool.Pool, c config) 
 		if err != nil {
 			return nil, err
 		}
+		// The acceptance point checks the principal's standing grant (R23).
+		if _, _, err := st.GrantAccess(ctx, "bench", src.ID, "bench"); err != nil {
+			return nil, err
+		}
 		host := fmt.Sprintf("bench-host-%d", w)
 		if _, err := pool.Exec(ctx, `UPDATE sources SET host_queue = $2, lease_until = now() + interval '1 day' WHERE id = $1`, src.ID, host); err != nil {
 			return nil, err
