@@ -172,7 +172,14 @@ func TestHostCutOffFromLedgerDropsSessionsBeforeLeaseExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := runHost(t, store, "host-b", opts)
-	time.Sleep(500 * time.Millisecond) // host-b registers; one source, so host-a keeps it
+	// host-b's first lease round registers it; one source, so host-a keeps it.
+	waitFor(t, 10*time.Second, "host-b registered", func() (bool, string) {
+		var n int
+		if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM hosts WHERE queue = 'host-b' AND alive_until > now()`).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n == 1, "no live heartbeat of host-b"
+	})
 	if _, ok := b.Current(src.ID); ok {
 		t.Fatal("host-b opened a session of a source host-a holds")
 	}
