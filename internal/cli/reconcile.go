@@ -9,13 +9,11 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/launch"
 	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/searchattr"
 )
 
 func init() {
@@ -37,28 +35,6 @@ func subscriptionInput(src ledger.Source, s ledger.Subscription) contract.Subscr
 		Principal: s.Principal, Source: src.Name, SourceID: src.ID, URI: s.URI, ServerURI: s.ServerURI,
 		BackstopSeconds: src.BackstopSeconds, PollSeconds: src.PollSeconds,
 	}
-}
-
-// startSubscription starts (or finds running) the workflow of a subscription, registering the
-// search attributes it is started with if the namespace lacks them (no worker may have run yet).
-// The workflow carries a static summary and details for the Temporal UI.
-func startSubscription(ctx context.Context, tc client.Client, namespace, wfID string, in contract.SubscriptionInput) (client.WorkflowRun, error) {
-	if err := searchattr.Ensure(ctx, tc, namespace); err != nil {
-		return nil, err
-	}
-	return tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       wfID,
-		TaskQueue:                contract.TaskQueue,
-		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		// What the Temporal UI shows without decoding payloads (issue 17 part 7).
-		StaticSummary: contract.SubscriptionSummary(in),
-		StaticDetails: contract.SubscriptionStaticDetails(in),
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			contract.SearchSource.ValueSet(in.Source), contract.SearchURI.ValueSet(in.URI),
-			contract.SearchPrincipal.ValueSet(in.Principal), contract.SearchState.ValueSet(string(mcpsync.StateDiscovered)),
-		),
-	}, contract.SubscriptionWorkflowName, in)
 }
 
 // reconcile signals running workflows of subscriptions that are not ACTIVE to try again now,
@@ -115,7 +91,7 @@ func reconcile(ctx context.Context, e *runEnv, args []string) error {
 		}
 		switch {
 		case !running:
-			if _, err := startSubscription(ctx, tc, e.Config.Namespace, s.WorkflowID, subscriptionInput(src, s)); err != nil {
+			if _, err := launch.Subscription(ctx, tc, e.Config.Namespace, s.WorkflowID, subscriptionInput(src, s)); err != nil {
 				return fmt.Errorf("restarting %s: %w", s.WorkflowID, err)
 			}
 			r.Action = "restarted workflow"

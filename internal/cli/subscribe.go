@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/launch"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
@@ -73,7 +74,7 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	} else if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 		return err
 	}
-	run, err := startSubscription(ctx, tc, e.Config.Namespace, wfID, contract.SubscriptionInput{
+	run, err := launch.Subscription(ctx, tc, e.Config.Namespace, wfID, contract.SubscriptionInput{
 		Principal: *principal, Source: src.Name, SourceID: src.ID, URI: norm, ServerURI: t.raw,
 		BackstopSeconds: src.BackstopSeconds, PollSeconds: src.PollSeconds,
 	})

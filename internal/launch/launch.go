@@ -1,0 +1,39 @@
+// Package launch starts subscription workflows the one way every caller (the CLI, the MCP
+// gateway, reconciliation) must: idempotently, with the search attributes and UI metadata the
+// workflow is listed by.
+package launch
+
+import (
+	"context"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/searchattr"
+)
+
+// Subscription starts (or finds running: conflict policy USE_EXISTING) the workflow wfID of a
+// subscription, registering the search attributes it is started with if the namespace lacks
+// them (no worker may have run yet). The workflow carries a static summary and details for the
+// Temporal UI. Starting twice with the same wfID never creates a second run.
+func Subscription(ctx context.Context, tc client.Client, namespace, wfID string, in contract.SubscriptionInput) (client.WorkflowRun, error) {
+	if err := searchattr.Ensure(ctx, tc, namespace); err != nil {
+		return nil, err
+	}
+	return tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       wfID,
+		TaskQueue:                contract.TaskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		// What the Temporal UI shows without decoding payloads (issue 17 part 7).
+		StaticSummary: contract.SubscriptionSummary(in),
+		StaticDetails: contract.SubscriptionStaticDetails(in),
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			contract.SearchSource.ValueSet(in.Source), contract.SearchURI.ValueSet(in.URI),
+			contract.SearchPrincipal.ValueSet(in.Principal), contract.SearchState.ValueSet(string(mcpsync.StateDiscovered)),
+		),
+	}, contract.SubscriptionWorkflowName, in)
+}
