@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/redact"
@@ -93,11 +92,7 @@ func uiField(s string) string {
 	if len(s) <= UIFieldMax {
 		return s
 	}
-	cut := UIFieldMax
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return mcpsync.CutAtRune(s, UIFieldMax) + "…"
 }
 
 // uiCode is uiField as a Markdown code span (backquotes inside become %60, as in a URI).

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,11 +37,7 @@ func Bounded(s string, limit int) string {
 	}
 	sum := sha256.Sum256([]byte(s))
 	suffix := "…[sha256:" + hex.EncodeToString(sum[:]) + ", " + strconv.Itoa(len(s)) + " bytes]"
-	cut := limit - len(suffix)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + suffix
+	return mcpsync.CutAtRune(s, limit-len(suffix)) + suffix
 }
 
 // BoundedText is Bounded(SafeText(s), MaxPayloadString): a server string fit for both a

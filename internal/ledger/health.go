@@ -6,10 +6,10 @@ import (
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
@@ -262,9 +262,5 @@ func truncateUTF8(s string, n int) string {
 		return s
 	}
 	const ellipsis = "…"
-	cut := n - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	return mcpsync.CutAtRune(s, n-len(ellipsis)) + ellipsis
 }

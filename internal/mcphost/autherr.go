@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
@@ -78,11 +79,7 @@ func serverText(text string, secrets []string, limit int) string {
 	}, text)
 	text = redact.Text(strings.Join(strings.Fields(text), " "))
 	if len(text) > limit {
-		cut := limit
-		for cut > 0 && !utf8.RuneStart(text[cut]) {
-			cut--
-		}
-		text = text[:cut] + "…"
+		text = mcpsync.CutAtRune(text, limit) + "…"
 	}
 	return text
 }
