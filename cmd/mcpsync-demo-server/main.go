@@ -34,6 +34,7 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	httpAddr       string
+	bothEras       bool // --eras both: 2026-07-28 next to the legacy versions
 	interval       time.Duration
 	resources      int
 	itemUpdates    int
@@ -69,10 +70,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	c := &config{}
 	var (
-		pageSizes, snapshot, circular, rewrite, notFound, unsubscribe, logLevel string
-		noSubscribe, noListChanged, advertiseSnapshot                           bool
+		pageSizes, snapshot, circular, rewrite, notFound, unsubscribe, logLevel, eras string
+		noSubscribe, noListChanged, advertiseSnapshot                                 bool
 	)
 	fs.StringVar(&c.httpAddr, "http", "", "serve streamable HTTP on `ADDR` (e.g. 127.0.0.1:8080, port 0 picks a free one) at /mcp instead of stdio")
+	fs.StringVar(&eras, "eras", "legacy", "protocol eras: legacy (2025-11-25 and older) or both (also 2026-07-28: stateless over HTTP, subscriptions/listen)")
 	fs.DurationVar(&c.interval, "interval", 3*time.Second, "time between changes")
 	fs.IntVar(&c.resources, "resources", 0, "also serve `N` numbered resources demo://items/0001 …")
 	fs.IntVar(&c.itemUpdates, "item-updates", 1, "numbered resources changed per tick")
@@ -109,6 +111,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.interval <= 0 {
 		return nil, &usageError{msg: "--interval must be positive"}
+	}
+	switch eras {
+	case "legacy":
+	case "both":
+		c.bothEras = true
+	default:
+		return nil, &usageError{msg: fmt.Sprintf("--eras must be legacy or both, got %q", eras)}
 	}
 	if c.resources < 0 || c.itemUpdates < 0 || c.pageSize < 1 || c.duplicates < 0 || c.reorder < 0 || c.transientEvery < 0 {
 		return nil, &usageError{msg: "--resources, --item-updates, --duplicates, --reorder and --transient-every must be ≥ 0, --page-size ≥ 1"}
@@ -185,7 +194,11 @@ func run(args []string, stderr io.Writer) int {
 		}
 		return 0
 	}
-	hs, err := s.StartHTTP(c.httpAddr)
+	start := s.StartHTTP
+	if c.bothEras {
+		start = s.StartHTTPBothEras
+	}
+	hs, err := start(c.httpAddr)
 	if err != nil {
 		logger.Error("cannot serve HTTP", "error", err)
 		return 1
@@ -201,10 +214,14 @@ func run(args []string, stderr io.Writer) int {
 
 // newServer builds the chaos server with the knobs from the command line.
 func newServer(c *config, logger *slog.Logger) *chaosmcp.Server {
-	s := chaosmcp.New(chaosmcp.Options{
+	opts := chaosmcp.Options{
 		Name: c.name, Version: c.version, PageSize: c.pageSize, Capabilities: &c.caps,
 		Seed: c.seed, Logger: logger,
-	})
+	}
+	if c.bothEras {
+		opts.ProtocolVersions = chaosmcp.AllProtocolVersions
+	}
+	s := chaosmcp.New(opts)
 	if len(c.pageSizes) > 0 {
 		s.SetPageSizes(c.pageSizes...)
 	}

@@ -386,6 +386,7 @@ func TestBadFlags(t *testing.T) {
 		{"--not-found-style", "teapot"},
 		{"--unsubscribe", "maybe"},
 		{"--log-level", "loud"},
+		{"--eras", "modern"},
 		{"--no-such-flag"},
 		{"extra-argument"},
 	}

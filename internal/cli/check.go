@@ -93,12 +93,17 @@ func sourceCheck(ctx context.Context, e *runEnv, args []string) error {
 // check connects to src, negotiates and lists its resources.
 func check(ctx context.Context, src ledger.Source) (checkReceipt, error) {
 	r := checkReceipt{Transport: src.Transport, Target: target(src)}
-	tr, err := mcphost.DefaultTransport(ctx, src)
-	if err != nil {
-		return r, checkErr("", nil, err)
-	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpsync", Version: "0.1.0"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
-	cs, err := client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: mcphost.ProtocolVersion})
+	mcphost.GuardClient(client, mcphost.Guard{})
+	var buildErr error
+	cs, tr, err := mcphost.Connect(ctx, client, src.Connection.Protocol, func() (mcp.Transport, error) {
+		tr, err := mcphost.DefaultTransport(ctx, src)
+		buildErr = err
+		return tr, err
+	})
+	if buildErr != nil {
+		return r, checkErr("", nil, buildErr)
+	}
 	if err != nil {
 		return r, checkErr("connect to "+r.Target, tr, err)
 	}

@@ -35,7 +35,7 @@ var (
 		"oauth", "oauth-client-id", "oauth-client-secret-env", "oauth-client-secret-file", "oauth-scopes", "oauth-token-file",
 		"oauth-client-metadata-url", "oauth-client-key-file"}
 	stdioFlags   = []string{"stdio", "env", "cwd"}
-	neutralFlags = []string{"subject", "backstop", "poll", "max-bytes"}
+	neutralFlags = []string{"subject", "backstop", "poll", "max-bytes", "protocol"}
 )
 
 // storedFlagValues returns the flag values that reproduce src's definition, by flag name;
@@ -55,6 +55,7 @@ func storedFlagValues(src ledger.Source) map[string][]string {
 	if c.MaxBytes != 0 {
 		one("max-bytes", strconv.FormatInt(c.MaxBytes, 10))
 	}
+	one("protocol", c.Protocol)
 	switch src.Transport {
 	case ledger.TransportHTTP:
 		one("url", src.URL)

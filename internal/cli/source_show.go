@@ -156,12 +156,15 @@ type connectionJSON struct {
 	Env        []ledger.EnvVar     `json:"env,omitempty"`
 	Cwd        string              `json:"cwd,omitempty"`
 	MaxBytes   int64               `json:"maxBytes"`
+	// Protocol is the source's --protocol choice (auto, 2025-11-25, 2026-07-28); the era
+	// the session negotiated is in the health and the session.
+	Protocol string `json:"protocol"`
 }
 
 func toConnectionJSON(c ledger.Connection) connectionJSON {
 	j := connectionJSON{HeaderEnv: c.HeaderEnv, BearerEnv: c.BearerEnv, BearerFile: c.BearerFile,
 		OAuth: c.OAuth, CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile, Cwd: c.Cwd,
-		MaxBytes: c.EffectiveMaxBytes()}
+		MaxBytes: c.EffectiveMaxBytes(), Protocol: c.EffectiveProtocol()}
 	for _, h := range c.Headers {
 		j.Headers = append(j.Headers, ledger.Header{Name: h.Name, Value: shownValue(h.Name, h.Value)})
 	}
@@ -286,6 +289,7 @@ func writeSourceShow(w io.Writer, j sourceShowJSON, now time.Time) error {
 		row("removed", "%s", fmtTime(j.RemovedAt))
 	}
 	c := j.Connection
+	row("protocol", "%s", visible(c.Protocol))
 	for _, h := range c.Headers {
 		row("header", "%s: %s", visible(h.Name), visible(h.Value))
 	}

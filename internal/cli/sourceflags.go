@@ -29,6 +29,7 @@ type sourceFlags struct {
 	caFile, certFile, keyFile   *string
 	cwd                         *string
 	maxBytes                    *int64
+	protocol                    *string
 	oauth, oauthClientID        *string
 	oauthSecretEnv, oauthSecret *string
 	oauthScopes, oauthTokenFile *string
@@ -37,7 +38,7 @@ type sourceFlags struct {
 }
 
 // sourceFlagsUsage is the flag part of the usage line of the commands that take sourceFlags.
-const sourceFlagsUsage = `--stdio "CMD ARGS" [--env K=V|K=env:VAR]... [--cwd DIR] | --url URL [--header 'Name: value']... [--header-env Name=VAR]... [--bearer-env VAR | --bearer-file PATH | --oauth client_credentials|authorization_code ...] [--ca-file PATH] [--cert-file PATH --key-file PATH]; [--subject S] [--backstop 30s] [--poll 30s] [--max-bytes N]`
+const sourceFlagsUsage = `--stdio "CMD ARGS" [--env K=V|K=env:VAR]... [--cwd DIR] | --url URL [--header 'Name: value']... [--header-env Name=VAR]... [--bearer-env VAR | --bearer-file PATH | --oauth client_credentials|authorization_code ...] [--ca-file PATH] [--cert-file PATH --key-file PATH]; [--subject S] [--backstop 30s] [--poll 30s] [--max-bytes N] [--protocol auto|2025-11-25|2026-07-28]`
 
 func newSourceFlags(fs *flag.FlagSet, usage string) *sourceFlags {
 	f := &sourceFlags{fs: fs, usage: usage}
@@ -56,6 +57,7 @@ func newSourceFlags(fs *flag.FlagSet, usage string) *sourceFlags {
 	fs.Var(&f.env, "env", "stdio child variable K=V, or K=env:VAR to pass the worker's VAR (repeatable)")
 	f.cwd = fs.String("cwd", "", "working directory of the stdio child")
 	f.maxBytes = fs.Int64("max-bytes", ledger.DefaultMaxBytes, "largest resource read stored from this source, in bytes")
+	f.protocol = fs.String("protocol", ledger.ProtocolAuto, "MCP revision: auto (negotiated), "+ledger.ProtocolLegacy+" or "+ledger.ProtocolModern+" (pinned: a server that does not speak it fails the connect)")
 	f.oauth = fs.String("oauth", "", "OAuth 2.1 flow: client_credentials or authorization_code")
 	f.oauthClientID = fs.String("oauth-client-id", "", "pre-registered OAuth client ID")
 	f.oauthSecretEnv = fs.String("oauth-client-secret-env", "", "worker environment variable holding the OAuth client secret")
@@ -88,6 +90,14 @@ func (f *sourceFlags) spec(name string) (ledger.SourceSpec, error) {
 		BackstopSeconds: int(f.backstop.Seconds()), PollSeconds: int(f.poll.Seconds())}
 	if *f.maxBytes != ledger.DefaultMaxBytes {
 		spec.Connection.MaxBytes = *f.maxBytes
+	}
+	switch *f.protocol {
+	case ledger.ProtocolAuto:
+		// stored as "": every source defined before --protocol existed is auto too
+	case ledger.ProtocolLegacy, ledger.ProtocolModern:
+		spec.Connection.Protocol = *f.protocol
+	default:
+		return ledger.SourceSpec{}, usageErr("--protocol must be %s, %s or %s, got %q", ledger.ProtocolAuto, ledger.ProtocolLegacy, ledger.ProtocolModern, *f.protocol)
 	}
 	switch {
 	case isSet(f.fs, "stdio") && *f.stdio == "":

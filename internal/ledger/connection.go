@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
@@ -40,6 +41,29 @@ type Connection struct {
 	// MaxBytes bounds the size of one resource read from this source; a larger one leaves a
 	// TOO_LARGE receipt and nothing else. DefaultMaxBytes if zero.
 	MaxBytes int64 `json:"maxBytes,omitempty"`
+
+	// Protocol is the MCP revision the worker speaks with the source: ProtocolAuto (also
+	// when empty), ProtocolLegacy or ProtocolModern (issue 13 item 1). A pinned revision the
+	// server does not speak fails the connect; the source's health says so.
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// Protocol choices of a source (Connection.Protocol).
+const (
+	// ProtocolAuto negotiates the revision (the session host's era policy, mcphost.Connect).
+	ProtocolAuto = "auto"
+	// ProtocolLegacy pins 2025-11-25: initialize, protocol sessions, resources/subscribe.
+	ProtocolLegacy = mcpsync.ProtocolVersion20251125
+	// ProtocolModern pins 2026-07-28: server/discover, stateless, subscriptions/listen.
+	ProtocolModern = mcpsync.ProtocolVersion20260728
+)
+
+// EffectiveProtocol is the source's protocol choice, ProtocolAuto when none is stored.
+func (c Connection) EffectiveProtocol() string {
+	if c.Protocol == "" {
+		return ProtocolAuto
+	}
+	return c.Protocol
 }
 
 // DefaultMaxBytes is the per-source resource size bound when Connection.MaxBytes is zero.
@@ -188,6 +212,11 @@ func (c Connection) validate(name, transport string) error {
 			return bad("--env %s given twice", v.Name)
 		}
 		names[v.Name] = true
+	}
+	switch c.Protocol {
+	case "", ProtocolAuto, ProtocolLegacy, ProtocolModern:
+	default:
+		return bad("--protocol %q is not one of %s, %s, %s", c.Protocol, ProtocolAuto, ProtocolLegacy, ProtocolModern)
 	}
 	if c.MaxBytes < 0 || c.MaxBytes > MaxMaxBytes {
 		return bad("--max-bytes must be between 1 and %d, got %d", MaxMaxBytes, c.MaxBytes)

@@ -22,7 +22,9 @@ type Conn struct {
 	caps   ledger.CapabilityReceipt
 	// listChanged counts notifications/resources/list_changed received on this session.
 	listChanged atomic.Int64
-	events      atomic.Pointer[sourceEvents] // forwarder of Options.SourceEvents, if any
+	// violations numbers the protocol violations audited on this session (auditProtocol).
+	violations atomic.Int64
+	events     atomic.Pointer[sourceEvents] // forwarder of Options.SourceEvents, if any
 
 	// nmu guards the notification queue. Notifications are stamped with seq in arrival order
 	// (the go-sdk calls the handler for one notification at a time) and queued without
@@ -101,7 +103,14 @@ func (c *Conn) uriSub(serverURI string, create bool) *uriSubscription {
 // Subscribe makes sure the server-side subscription of serverURI exists on this session and
 // records subscriptionID as one of its holders. Only a subscriber that finds no confirmed
 // server-side subscription sends resources/subscribe; on error it does not become a holder.
+//
+// On a session of the 2026-07-28 era it sends nothing and returns ErrSubscribeUnsupported (the
+// era policy in era.go): the receipt of such a session says Subscribe=false, so subscriptions
+// poll (R11) and never ask.
 func (c *Conn) Subscribe(ctx context.Context, serverURI string, subscriptionID int64) error {
+	if IsModern(c.caps.ProtocolVersion) {
+		return fmt.Errorf("resources/subscribe %s: %w", serverURI, ErrSubscribeUnsupported)
+	}
 	us := c.uriSub(serverURI, true)
 	us.mu.Lock()
 	defer us.mu.Unlock()

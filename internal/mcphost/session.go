@@ -18,9 +18,15 @@ import (
 // configError is a failure to build a source's transport from its definition (a missing
 // environment variable or file, an unknown transport): retrying soon will not fix it, so the
 // source's health is FAILED rather than BACKOFF (issue 14, item 2).
+// An *EraError (a pinned revision the server does not speak) is one too.
 type configError struct{ err error }
 
-func (e *configError) Error() string { return "transport: " + e.err.Error() }
+func (e *configError) Error() string {
+	if _, ok := errors.AsType[*EraError](e.err); ok {
+		return "protocol: " + e.err.Error()
+	}
+	return "transport: " + e.err.Error()
+}
 func (e *configError) Unwrap() error { return e.err }
 
 // session runs one connection from connect to end: it connects, records the new generation
@@ -30,10 +36,6 @@ func (e *configError) Unwrap() error { return e.err }
 // none opened) and, as the error, what kept it from opening (a *configError when the
 // transport could not be built) or the *AuthError with which the server ended it.
 func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, rep *healthReporter) (string, error) {
-	tr, err := h.opts.Transport(ctx, src)
-	if err != nil {
-		return "", &configError{err}
-	}
 	c := &Conn{source: src, host: h, wake: make(chan struct{}, 1), uris: map[string]*uriSubscription{}}
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpsync", Version: "0.1.0"}, &mcp.ClientOptions{
 		Capabilities:               &mcp.ClientCapabilities{},
@@ -42,10 +44,26 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 		KeepAlive:                  h.opts.KeepAlive,
 		KeepAliveFailureThreshold:  2,
 	})
+	GuardClient(client, Guard{Audit: c.auditProtocol})
 	cctx, cancel := context.WithTimeout(ctx, h.opts.ConnectTimeout)
-	cs, err := client.Connect(cctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	var built bool
+	cs, tr, err := Connect(cctx, client, src.Connection.Protocol, func() (mcp.Transport, error) {
+		tr, err := h.opts.Transport(ctx, src)
+		if err != nil {
+			return nil, &configError{err}
+		}
+		built = true
+		return tr, nil
+	})
 	cancel()
 	if err != nil {
+		if !built {
+			return "", err // a *configError: the transport could not be built
+		}
+		if ee, ok := errors.AsType[*EraError](err); ok {
+			// The server does not speak the pinned revision: FAILED, with the reason.
+			return "", &configError{ee}
+		}
 		return "", withAuthFailure(tr, fmt.Errorf("connect: %w", err))
 	}
 	c.cs = cs
@@ -73,9 +91,14 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 		c.route(stopRouting, log)
 	}()
 	// Signalled in the background, so that a slow Temporal never delays noticing the end.
-	h.wg.Go(func() { h.signalSessionChanged(ctx, c.gen, live, log) })
+	h.wg.Go(func() { h.paceSessionChanged(ctx, c.gen, live, log) }) // storm.go: in a moving window
 	done := make(chan error, 1)
 	go func() { done <- cs.Wait() }()
+	if IsModern(c.caps.ProtocolVersion) {
+		stopKeepAlive := make(chan struct{})
+		defer close(stopKeepAlive)
+		go keepModernAlive(cs, h.opts.KeepAlive, stopKeepAlive, log)
+	}
 	reason := "connection closed"
 	var waitErr error
 	select {
@@ -179,6 +202,11 @@ func retry(ctx context.Context, f func(context.Context) error) error {
 	return err
 }
 
+// receipt is the capability receipt of a connected session (R1, R9): the revision it
+// negotiated (its era) and the capabilities the host can use on it. Subscribe is what the host
+// honours: on a 2026-07-28 session it is false whatever the server declares (the era policy in
+// era.go: subscriptions poll until subscriptions/listen streams are built); Raw keeps the
+// capabilities exactly as the server declared them.
 func receipt(cs *mcp.ClientSession) ledger.CapabilityReceipt {
 	r := ledger.CapabilityReceipt{ProtocolVersion: ProtocolVersion}
 	ir := cs.InitializeResult()
@@ -191,7 +219,7 @@ func receipt(cs *mcp.ClientSession) ledger.CapabilityReceipt {
 	}
 	if caps := ir.Capabilities; caps != nil {
 		if caps.Resources != nil {
-			r.Resources, r.Subscribe, r.ListChanged = true, caps.Resources.Subscribe, caps.Resources.ListChanged
+			r.Resources, r.Subscribe, r.ListChanged = true, caps.Resources.Subscribe && !IsModern(r.ProtocolVersion), caps.Resources.ListChanged
 		}
 		_, r.SnapshotIDs = caps.Experimental[SnapshotCapability]
 		r.Raw, _ = json.Marshal(caps)

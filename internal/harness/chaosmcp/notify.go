@@ -205,6 +205,9 @@ func (s *Server) sendingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	s.next = next
 	s.send = func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		ss, _ := req.GetSession().(*mcp.ServerSession)
+		if !s.listenSending(method, req) {
+			return nil, nil
+		}
 		switch method {
 		case notifyUpdated:
 			if p, ok := req.GetParams().(*mcp.ResourceUpdatedNotificationParams); ok && ss != nil {

@@ -26,6 +26,9 @@ const (
 	// NotFoundMessage answers -32602 with the message "Resource <uri> not found" and no data
 	// (the TypeScript SDK).
 	NotFoundMessage
+	// NotFoundBare answers -32602 "unknown resource" with no data: only the code says not
+	// found, as 2026-07-28 allows.
+	NotFoundBare
 )
 
 // ReadFailure is the answer a [ReadFault] substitutes for the resource's content.
@@ -38,6 +41,9 @@ const (
 	ReadNotFound
 	// ReadTransient answers -32603 "transient failure, retry later".
 	ReadTransient
+	// ReadEmpty answers a result with no contents, which 2026-07-28 forbids for a missing
+	// resource (issue 13 item 6).
+	ReadEmpty
 )
 
 // TransientMessage is the message of the error a ReadTransient fault answers with.
@@ -187,6 +193,8 @@ func (s *Server) handleRead(ctx context.Context, req mcp.Request) (mcp.Result, e
 			return nil, notFoundError(uri, style)
 		case ReadTransient:
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: TransientMessage}
+		case ReadEmpty:
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{}}, nil
 		}
 		if fault.Fresh {
 			s.mu.Lock()
@@ -262,6 +270,8 @@ func notFoundError(uri string, style NotFoundStyle) error {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Resource not found", Data: data}
 	case NotFoundMessage:
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("Resource %s not found", uri)}
+	case NotFoundBare:
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown resource"}
 	default:
 		return &jsonrpc.Error{Code: CodeResourceNotFound, Message: "Resource not found", Data: data}
 	}

@@ -4,8 +4,9 @@
 // duplicate, reorder or re-encode update notifications, cycle or expire cursors, forge or vary
 // snapshot IDs, lose the unsubscribe response, delay or fail chosen reads, restart (new session).
 //
-// The server speaks the legacy (2025-11-25 and older) protocol versions, so every client session
-// is stateful and uses resources/subscribe; clients should pin [ProtocolVersion]. It is served
+// By default the server speaks the legacy (2025-11-25 and older) protocol versions, so every
+// client session is stateful and uses resources/subscribe; clients should pin [ProtocolVersion].
+// With Options.ProtocolVersions = [AllProtocolVersions] it speaks 2026-07-28 too (era.go). It is served
 // over in-memory transports ([Server.ConnectInMemory]), streamable HTTP ([Server.HTTPHandler],
 // [Server.StartHTTP]) and stdio ([Server.ServeStdio]).
 //
@@ -19,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -132,11 +134,13 @@ type Server struct {
 	sessionSeq    int
 	sessions      map[*mcp.ServerSession]*session
 	listenerSeq   int
+	versions      []string // the protocol versions the server negotiates
 
 	list   listFaults
 	notify notifyFaults
 	read   readFaults
 	unsub  UnsubscribeMode
+	era    eraFaults
 	rng    *rand.Rand
 	stats  Stats
 }
@@ -165,6 +169,7 @@ func New(opts Options) *Server {
 		name:      cmp.Or(opts.Name, defaultName),
 		version:   cmp.Or(opts.Version, defaultVersion),
 		caps:      caps,
+		versions:  slices.Clone(versions),
 		sessions:  make(map[*mcp.ServerSession]*session),
 		rng:       rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
@@ -183,8 +188,10 @@ func New(opts Options) *Server {
 		UnsubscribeHandler:        s.unsubscribeHandler,
 		SupportedProtocolVersions: versions,
 		// The initialize result's capabilities are rewritten per session (see initialize);
-		// this is only the starting point.
-		Capabilities: &mcp.ServerCapabilities{Resources: &mcp.ResourceCapabilities{}},
+		// this is only the starting point. 2026-07-28 sessions never initialize: the go-sdk
+		// acknowledges their listens from these, as they were at New (see era.go).
+		Capabilities: &mcp.ServerCapabilities{Resources: &mcp.ResourceCapabilities{
+			Subscribe: caps.Subscribe, ListChanged: caps.ListChanged}},
 	})
 	s.mcp.AddSendingMiddleware(s.sendingMiddleware)
 	s.mcp.AddReceivingMiddleware(s.receivingMiddleware)
@@ -239,6 +246,7 @@ func (s *Server) ClearFaults() {
 	notFound := s.read.notFound
 	s.read = readFaults{notFound: notFound}
 	s.unsub = UnsubscribeNormal
+	s.era = eraFaults{listens: s.era.listens}
 	s.mu.Unlock()
 	s.FlushUpdates()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -140,10 +141,16 @@ func (s *Server) receivingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		switch method {
 		case methodInitialize:
 			return s.initialize(ctx, method, req, next)
+		case methodDiscover:
+			return s.discover(ctx, method, req, next)
 		case methodListResources, methodListTemplates:
-			return s.handleList(ctx, method, req)
+			res, err := s.handleList(ctx, method, req)
+			s.applyCache(res)
+			return res, err
 		case methodReadResource:
-			return s.handleRead(ctx, req)
+			res, err := s.handleRead(ctx, req)
+			s.applyCache(res)
+			return res, err
 		case methodSubscribe:
 			if sess := s.sessionOf(req); sess != nil && !sess.caps.Subscribe {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "server does not support resource subscriptions"}
@@ -158,6 +165,11 @@ func (s *Server) receivingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 // initialize lets the go-sdk answer, then registers the session and rewrites the advertised
 // capabilities and server info from the current knobs.
 func (s *Server) initialize(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	if !slices.ContainsFunc(s.versions, func(v string) bool { return v < ProtocolModern }) {
+		// A server of the 2026-07-28 era only: initialize does not exist there (the go-sdk
+		// would answer it with 2025-11-25 anyway).
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "initialize is not supported: this server speaks " + strings.Join(s.versions, ", ") + " (use server/discover)"}
+	}
 	res, err := next(ctx, method, req)
 	if err != nil {
 		return res, err

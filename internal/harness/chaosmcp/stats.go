@@ -42,6 +42,11 @@ type Stats struct {
 	// each listener, counted whenever a session initializes. With one listener per source,
 	// a value above 1 means two clients held sessions of one source at the same time.
 	LiveByListener, MaxLiveByListener map[string]int
+	// Modern era (era.go): acknowledgements withheld or cut to a subset, updated
+	// notifications sent with a stale subscription ID, subscriptions/listen HTTP streams
+	// opened and cut by DropListenStreams.
+	AcksWithheld, AcksPartial, StaleSubscriptionIDs int
+	ListenStreams, ListenStreamsDropped             int
 }
 
 // Epoch returns the number of restarts so far.

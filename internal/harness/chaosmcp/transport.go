@@ -104,6 +104,15 @@ type HTTPServer struct {
 // StartHTTP serves the server over streamable HTTP at path /mcp on addr ("" means
 // 127.0.0.1:0, a free loopback port) and returns once the listener is bound.
 func (s *Server) StartHTTP(addr string) (*HTTPServer, error) {
+	return s.startHTTP(addr, false)
+}
+
+// StartHTTPBothEras is StartHTTP serving both eras at /mcp ([Server.BothErasHandler]).
+func (s *Server) StartHTTPBothEras(addr string) (*HTTPServer, error) {
+	return s.startHTTP(addr, true)
+}
+
+func (s *Server) startHTTP(addr string, bothEras bool) (*HTTPServer, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -116,7 +125,11 @@ func (s *Server) StartHTTP(addr string) (*HTTPServer, error) {
 	id := "listener-" + strconv.Itoa(s.listenerSeq)
 	s.mu.Unlock()
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.httpHandler(id))
+	if bothEras {
+		mux.Handle("/mcp", s.bothErasHandler(id))
+	} else {
+		mux.Handle("/mcp", s.httpHandler(id))
+	}
 	hs := &HTTPServer{
 		URL:      "http://" + ln.Addr().String() + "/mcp",
 		Addr:     ln.Addr().String(),

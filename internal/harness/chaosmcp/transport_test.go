@@ -19,13 +19,20 @@ import (
 
 const stdioChildEnv = "CHAOSMCP_TEST_STDIO_CHILD"
 
+// stdioErasEnv set to "all" makes the stdio child speak 2026-07-28 too.
+const stdioErasEnv = "CHAOSMCP_TEST_STDIO_ERAS"
+
 // runStdioChild serves a chaos server over stdin/stdout (the test binary re-executed by
 // TestStdio). After the first subscribe it changes demo://a, so the parent can observe an
 // updated notification from another process without any timing.
 func runStdioChild() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s := chaosmcp.New(chaosmcp.Options{Name: "stdio-child", PageSize: 1})
+	opts := chaosmcp.Options{Name: "stdio-child", PageSize: 1}
+	if os.Getenv(stdioErasEnv) == "all" {
+		opts.ProtocolVersions = chaosmcp.AllProtocolVersions
+	}
+	s := chaosmcp.New(opts)
 	defer s.Close()
 	s.Set("demo://a", "a1", "text/plain")
 	s.Set("demo://b", "b1", "text/plain")

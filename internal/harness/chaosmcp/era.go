@@ -1,0 +1,392 @@
+package chaosmcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpsync/mcpsync"
+)
+
+// Both eras (issue 13 item 8). A server made with Options.ProtocolVersions = AllProtocolVersions
+// speaks 2026-07-28 next to the legacy versions: over stdio and in-memory transports a client
+// picks its era per session; over HTTP, [Server.BothErasHandler] routes 2026-07-28 requests to
+// a stateless handler and everything else to the stateful one, both on the same *mcp.Server
+// (the go-sdk serves 2026-07-28 over HTTP only when stateless, and a stateless handler gives
+// legacy clients no event stream). Modern sessions never initialize, so they are not in
+// [Server.Sessions]; their subscriptions ride on subscriptions/listen, answered by the go-sdk,
+// and every fault of notifications/resources/updated applies to them too.
+
+// ProtocolModern is the stateless revision (server/discover, subscriptions/listen).
+const ProtocolModern = mcpsync.ProtocolVersion20260728
+
+// AllProtocolVersions are the legacy versions and 2026-07-28, newest first.
+var AllProtocolVersions = append([]string{ProtocolModern}, legacyProtocolVersions...)
+
+const (
+	methodListen        = "subscriptions/listen"
+	notifyAcknowledged  = "notifications/subscriptions/acknowledged"
+	protocolHeader      = "Mcp-Protocol-Version"
+	metaKeySubscription = mcp.MetaKeySubscriptionID
+)
+
+// ListenFaults are the knobs of the modern era's subscriptions/listen streams; the zero value
+// turns them all off. They apply to streams opened afterwards (acknowledgement knobs) or to
+// notifications sent afterwards (StaleSubscriptionID).
+type ListenFaults struct {
+	// WithholdAck never sends notifications/subscriptions/acknowledged: the stream is open
+	// and notifications flow, but the client is never told what is watched.
+	WithholdAck bool
+	// AckOnly, when non-nil, acknowledges only the listed URIs of those asked for (partial
+	// ack): the others are left out of the acknowledgement. (The go-sdk server still watches
+	// them; a client must treat them as not watched.)
+	AckOnly []string
+	// StaleSubscriptionID replaces the subscription ID in the _meta of every
+	// notifications/resources/updated with one no live stream has ("stale-…").
+	StaleSubscriptionID bool
+}
+
+// eraFaults are the modern-era knobs; guarded by Server.mu.
+type eraFaults struct {
+	listen ListenFaults
+	// ttlMs and scope, when ttlMs > 0, are put on every read and list result.
+	ttlMs int
+	scope string
+	// listens are the live subscriptions/listen HTTP requests (DropListenStreams).
+	listens map[*listenStream]bool
+}
+
+type listenStream struct {
+	cancel context.CancelFunc
+}
+
+// SetListenFaults sets the subscriptions/listen knobs.
+func (s *Server) SetListenFaults(f ListenFaults) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f.AckOnly = slices.Clone(f.AckOnly)
+	s.era.listen = f
+}
+
+// SetResultCache puts ttlMs and cacheScope (e.g. "public" or "private") on every later
+// resources/read, resources/list and resources/templates/list result; ttlMs 0 turns it off.
+// Only 2026-07-28 clients look at them (the go-sdk client caches while ttlMs > 0).
+func (s *Server) SetResultCache(ttlMs int, scope string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.era.ttlMs, s.era.scope = ttlMs, scope
+}
+
+// applyCache stamps the cache knobs on a read or list result.
+func (s *Server) applyCache(res mcp.Result) {
+	s.mu.Lock()
+	ttl, scope := s.era.ttlMs, s.era.scope
+	s.mu.Unlock()
+	if ttl <= 0 {
+		return
+	}
+	switch r := res.(type) {
+	case *mcp.ReadResourceResult:
+		if r != nil {
+			r.TTLMs, r.CacheScope = ttl, scope
+		}
+	case *mcp.ListResourcesResult:
+		if r != nil {
+			r.TTLMs, r.CacheScope = ttl, scope
+		}
+	case *mcp.ListResourceTemplatesResult:
+		if r != nil {
+			r.TTLMs, r.CacheScope = ttl, scope
+		}
+	}
+}
+
+// listenSending applies the listen knobs to an outgoing acknowledgement or updated
+// notification; it reports false when the message must not be sent.
+func (s *Server) listenSending(method string, req mcp.Request) bool {
+	s.mu.Lock()
+	f := s.era.listen
+	s.mu.Unlock()
+	switch method {
+	case notifyAcknowledged:
+		if f.WithholdAck {
+			s.countEra(func(st *Stats) { st.AcksWithheld++ })
+			return false
+		}
+		if p, ok := req.GetParams().(*mcp.SubscriptionsAcknowledgedParams); ok && p != nil && f.AckOnly != nil {
+			var kept []string
+			for _, u := range p.Notifications.ResourceSubscriptions {
+				if slices.Contains(f.AckOnly, u) {
+					kept = append(kept, u)
+				}
+			}
+			if len(kept) < len(p.Notifications.ResourceSubscriptions) {
+				s.countEra(func(st *Stats) { st.AcksPartial++ })
+			}
+			p.Notifications.ResourceSubscriptions = kept
+		}
+	case notifyUpdated:
+		if p, ok := req.GetParams().(*mcp.ResourceUpdatedNotificationParams); ok && p != nil && f.StaleSubscriptionID {
+			if id, ok := p.Meta[metaKeySubscription]; ok {
+				m := cloneMeta(p.Meta)
+				m[metaKeySubscription] = "stale-" + toString(id)
+				p.Meta = m
+				s.countEra(func(st *Stats) { st.StaleSubscriptionIDs++ })
+			}
+		}
+	}
+	return true
+}
+
+func (s *Server) countEra(f func(*Stats)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.stats)
+	s.changedLocked()
+}
+
+func cloneMeta(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func toString(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "?"
+	}
+	return strings.Trim(string(b), `"`)
+}
+
+// StatelessHTTPHandler returns a stateless streamable-HTTP handler of this server: the only
+// way the go-sdk serves 2026-07-28 over HTTP. Legacy clients get no event stream from it (GET
+// is 405); use [Server.BothErasHandler] to serve both.
+func (s *Server) StatelessHTTPHandler() http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
+		Logger: s.logger, Stateless: true,
+	})
+	return s.trackListens(h)
+}
+
+// BothErasHandler serves both eras at one endpoint from one server: a request whose
+// Mcp-Protocol-Version header is 2026-07-28 or later, or a server/discover without the header,
+// goes to the stateless handler; everything else (initialize, legacy requests with their
+// Mcp-Session-Id, the legacy GET event stream) to the stateful one.
+func (s *Server) BothErasHandler() http.Handler {
+	return s.bothErasHandler("")
+}
+
+func (s *Server) bothErasHandler(listener string) http.Handler {
+	stateful, stateless := s.httpHandler(listener), s.StatelessHTTPHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Get(protocolHeader); v != "" {
+			if v >= ProtocolModern {
+				stateless.ServeHTTP(w, r)
+			} else {
+				stateful.ServeHTTP(w, r)
+			}
+			return
+		}
+		if r.Method == http.MethodPost && r.Body != nil {
+			body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if err != nil {
+				http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var msg struct {
+				Method string `json:"method"`
+			}
+			if json.Unmarshal(body, &msg) == nil && msg.Method == "server/discover" {
+				stateless.ServeHTTP(w, r)
+				return
+			}
+		}
+		stateful.ServeHTTP(w, r)
+	})
+}
+
+// trackListens wraps a stateless handler so that DropListenStreams can cut the live
+// subscriptions/listen responses.
+func (s *Server) trackListens(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg struct {
+			Method string `json:"method"`
+		}
+		if json.Unmarshal(body, &msg) != nil || msg.Method != methodListen {
+			h.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		ls := &listenStream{cancel: cancel}
+		s.mu.Lock()
+		if s.era.listens == nil {
+			s.era.listens = map[*listenStream]bool{}
+		}
+		s.era.listens[ls] = true
+		s.stats.ListenStreams++
+		s.changedLocked()
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.era.listens, ls)
+			s.changedLocked()
+			s.mu.Unlock()
+		}()
+		dropped := make(chan struct{})
+		var once sync.Once
+		go func() {
+			<-ctx.Done()
+			once.Do(func() { close(dropped) })
+		}()
+		h.ServeHTTP(&droppable{ResponseWriter: w, dropped: dropped}, r.WithContext(ctx))
+		if r.Context().Err() == nil && ctx.Err() != nil {
+			// Cut by DropListenStreams: end the connection without the complete result,
+			// as a crashed server would.
+			panic(http.ErrAbortHandler)
+		}
+		cancel()
+	})
+}
+
+// droppable is a ResponseWriter that writes nothing once its stream was dropped, so the
+// go-sdk's final "complete" result never reaches the client.
+type droppable struct {
+	http.ResponseWriter
+	dropped <-chan struct{}
+}
+
+func (d *droppable) Write(b []byte) (int, error) {
+	select {
+	case <-d.dropped:
+		return 0, io.ErrClosedPipe
+	default:
+		return d.ResponseWriter.Write(b)
+	}
+}
+
+func (d *droppable) Flush() {
+	select {
+	case <-d.dropped:
+	default:
+		if f, ok := d.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+}
+
+// DropListenStreams cuts every live subscriptions/listen HTTP stream without its complete
+// result (a transport drop), and returns how many it cut. Only HTTP streams are tracked; over
+// stdio a listen stream ends only with the connection ([Server.Restart]).
+func (s *Server) DropListenStreams() int {
+	s.mu.Lock()
+	var victims []*listenStream
+	for ls := range s.era.listens {
+		victims = append(victims, ls)
+	}
+	s.stats.ListenStreamsDropped += len(victims)
+	s.changedLocked()
+	s.mu.Unlock()
+	for _, ls := range victims {
+		ls.cancel()
+	}
+	return len(victims)
+}
+
+// LiveListenStreams is how many subscriptions/listen HTTP streams are open now.
+func (s *Server) LiveListenStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.era.listens)
+}
+
+// ConnectInMemoryAt is [Server.ConnectInMemory] with the client's protocol choice: version ""
+// lets the go-sdk client negotiate (server/discover first, then initialize), any other value
+// is passed as mcp.ClientSessionOptions.ProtocolVersion.
+func (s *Server) ConnectInMemoryAt(ctx context.Context, opts *mcp.ClientOptions, version string) (*mcp.ClientSession, error) {
+	return s.connectInMemory(ctx, mcp.NewClient(&mcp.Implementation{Name: "chaosmcp-client", Version: "0"}, opts), version)
+}
+
+// ConnectClientInMemory connects an existing go-sdk client (e.g. one with middleware) over
+// in-memory transports at version ("" = negotiate).
+func (s *Server) ConnectClientInMemory(ctx context.Context, c *mcp.Client, version string) (*mcp.ClientSession, error) {
+	return s.connectInMemory(ctx, c, version)
+}
+
+// InMemoryTransport returns a client transport whose other end is served by this server.
+func (s *Server) InMemoryTransport(ctx context.Context) (mcp.Transport, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errServerClosed
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := s.mcp.Connect(ctx, st, nil); err != nil {
+		return nil, fmt.Errorf("chaosmcp: connect server side: %w", err)
+	}
+	return ct, nil
+}
+
+func (s *Server) connectInMemory(ctx context.Context, c *mcp.Client, version string) (*mcp.ClientSession, error) {
+	ct, err := s.InMemoryTransport(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := c.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		return nil, fmt.Errorf("chaosmcp: connect client side: %w", err)
+	}
+	return cs, nil
+}
+
+const methodDiscover = "server/discover"
+
+// discover lets the go-sdk answer server/discover, then rewrites the advertised capabilities
+// and server info from the current knobs, as initialize does for legacy sessions.
+func (s *Server) discover(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	res, err := next(ctx, method, req)
+	if err != nil {
+		return res, err
+	}
+	dr, ok := res.(*mcp.DiscoverResult)
+	if !ok || dr == nil {
+		return res, err
+	}
+	s.mu.Lock()
+	c, name, version := s.caps, s.name, s.version
+	s.mu.Unlock()
+	caps := &mcp.ServerCapabilities{Resources: &mcp.ResourceCapabilities{Subscribe: c.Subscribe, ListChanged: c.ListChanged}}
+	if c.Snapshot {
+		caps.Experimental = map[string]any{SnapshotCapability: map[string]any{
+			"version": snapshotExtensionVers, "metaKey": SnapshotMetaKey,
+		}}
+	}
+	dr.Capabilities = caps
+	if dr.Meta == nil {
+		dr.Meta = mcp.Meta{}
+	}
+	dr.Meta[mcp.MetaKeyServerInfo] = &mcp.Implementation{Name: name, Version: version}
+	return dr, nil
+}
