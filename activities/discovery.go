@@ -54,7 +54,9 @@ func (a *Discovery) cursorKey() []byte {
 // DiscoveryRound runs one round (R4) on the session of generation in.SessionGeneration: it
 // opens the round's resourceDiscoveryScan.v1 row, pages both lists in memory (the cursors
 // never leave this call, R2), stores the entries and digests under the row, and returns only
-// digests and counts. A stale generation fails non-retryably with StaleSession; a round that
+// digests and counts. Round 1 (A) returns once its end is committed and its entries' store
+// holds the row lock; the entries are written while round B pages (issue 16 item 5), and the
+// ledger makes everything that reads them wait (ledger.EndScanDeferred). A stale generation fails non-retryably with StaleSession; a round that
 // fails (cycle, page cap, cursor error, session ended, R8) returns its result with
 // FailureKind set. The list_changed notifications counted are those the session received
 // between the first request and the last response.
@@ -128,7 +130,26 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 	// Record the end even if the activity was cancelled meanwhile: no row stays RUNNING.
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	ended, err := a.Store.EndScan(ectx, end, entries)
+	var ended time.Time
+	if in.Round == 1 {
+		// Round A: its entries are stored while round B pages (issue 16 item 5). The end is
+		// committed now; the ledger makes round B's end and the catalog's publication wait
+		// for the entries, and if storing them fails, round B stores its own.
+		var pending *ledger.PendingEntries
+		ended, pending, err = a.Store.EndScanDeferred(ectx, end, entries)
+		if pending != nil {
+			log := activity.GetLogger(ctx)
+			go func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+				defer cancel()
+				if err := pending.Store(sctx); err != nil {
+					log.Warn("storing round A's entries failed; round B stores them", "scan", scanID, "error", err)
+				}
+			}()
+		}
+	} else {
+		ended, err = a.Store.EndScan(ectx, end, entries)
+	}
 	if err != nil {
 		return contract.RoundResult{}, boundError(err)
 	}

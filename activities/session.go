@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -25,6 +26,12 @@ import (
 type Session struct {
 	Host  *mcphost.Host
 	Store *ledger.Store
+
+	// inflight are the reads the fast path (LocalRead) handed off while they were still in
+	// flight, by request ID: MCPRead with that request ID joins the read instead of sending
+	// another one.
+	mu       sync.Mutex
+	inflight map[string]*pendingRead
 }
 
 // Register registers every session-bound activity under its contract name; register them on
@@ -146,24 +153,108 @@ func (a *Session) MCPUnsubscribe(ctx context.Context, call contract.SessionCall)
 }
 
 // MCPRead performs one resources/read on the session, stores the body in the blob table and
-// returns its digest and metadata; a not-found answer is Found=false, not an error.
+// returns its digest and metadata; a not-found answer is Found=false, not an error. A read of
+// the same request ID that the fast path handed off while in flight (LocalRead) is joined:
+// its answer is the answer, and no second resources/read is sent.
 func (a *Session) MCPRead(ctx context.Context, in contract.ReadInput) (contract.ReadOutput, error) {
 	c, err := a.conn(in.SourceID, in.SessionGeneration)
 	if err != nil {
 		return contract.ReadOutput{}, err
 	}
+	r := a.takeInflight(in.RequestID, c)
+	if r == nil {
+		r = startRead(ctx, c, in)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		// Timed out or cancelled: a retry of this activity may still join the read.
+		a.putInflight(in.RequestID, r)
+		return contract.ReadOutput{}, ctx.Err()
+	}
+	return a.finishRead(ctx, c, r)
+}
+
+// readTimeout bounds one resources/read started by startRead, like MCPRead's start-to-close
+// timeout in the workflow.
+const readTimeout = 30 * time.Second
+
+// pendingRead is one resources/read in flight; res and err are set once done is closed.
+type pendingRead struct {
+	c      *mcphost.Conn
+	done   chan struct{}
+	sentAt time.Time
+	res    *mcp.ReadResourceResult
+	err    error
+}
+
+// startRead sends one resources/read on c in a goroutine of its own, after its URI has been
+// quiet (R13, R27), bounded by readTimeout but not by ctx: a read handed off by the fast path
+// outlives the local activity that sent it.
+func startRead(ctx context.Context, c *mcphost.Conn, in contract.ReadInput) *pendingRead {
+	r := &pendingRead{c: c, done: make(chan struct{})}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+	go func() {
+		defer cancel()
+		defer close(r.done)
+		c.AwaitQuiet(rctx, in.ServerURI) // a burst of copies of one notification is covered by this read (R13, R27)
+		r.sentAt = time.Now()
+		// The read's span and its W3C trace context in _meta (issue 17); no _meta when tracing is off.
+		sctx, span := tracing.StartMCPRead(rctx, in.ServerURI, in.Ordinal, in.RequestID)
+		r.res, r.err = c.Session().ReadResource(sctx, &mcp.ReadResourceParams{Meta: tracing.Meta(sctx), URI: in.ServerURI})
+		tracing.End(span, r.err)
+	}()
+	return r
+}
+
+// handedOffKeep is how long a handed-off read's answer waits for MCPRead to join it.
+const handedOffKeep = 2 * time.Minute
+
+// putInflight keeps r for MCPRead of reqID to join, until it is joined or handedOffKeep after
+// it answered.
+func (a *Session) putInflight(reqID string, r *pendingRead) {
+	a.mu.Lock()
+	if a.inflight == nil {
+		a.inflight = map[string]*pendingRead{}
+	}
+	a.inflight[reqID] = r
+	a.mu.Unlock()
+	go func() {
+		<-r.done
+		time.Sleep(handedOffKeep)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.inflight[reqID] == r {
+			delete(a.inflight, reqID)
+		}
+	}()
+}
+
+// takeInflight returns and forgets the handed-off read of reqID if one is kept and was sent on
+// c (a read of another session is never joined, R12); nil if not.
+func (a *Session) takeInflight(reqID string, c *mcphost.Conn) *pendingRead {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.inflight[reqID]
+	if r == nil || r.c != c {
+		return nil
+	}
+	delete(a.inflight, reqID)
+	return r
+}
+
+// finishRead turns the answer of a finished read into the activity's result: the body stored
+// in the blob table, not-found as Found=false, an answer over the size bound as TooLarge, and
+// errors classified (classify).
+func (a *Session) finishRead(ctx context.Context, c *mcphost.Conn, r *pendingRead) (contract.ReadOutput, error) {
 	caps := c.Caps()
 	// What the server says about itself and its content is recorded as the ledger stores
 	// it (ledger.SafeText): a NUL in it must not fail the accept on every retry.
 	// Both are bounded too (ledger.BoundedText): no server string of more than a few KiB
 	// reaches a Temporal payload (issue 14 item 6).
 	out := contract.ReadOutput{ServerName: ledger.BoundedText(caps.ServerName), ServerVersion: ledger.BoundedText(caps.ServerVersion)}
-	c.AwaitQuiet(ctx, in.ServerURI) // a burst of copies of one notification is covered by this read (R13, R27)
-	out.SentAt = time.Now()
-	// The read's span and its W3C trace context in _meta (issue 17); no _meta when tracing is off.
-	rctx, span := tracing.StartMCPRead(ctx, in.ServerURI, in.Ordinal, in.RequestID)
-	res, err := c.Session().ReadResource(rctx, &mcp.ReadResourceParams{Meta: tracing.Meta(rctx), URI: in.ServerURI})
-	tracing.End(span, err)
+	out.SentAt = r.sentAt
+	res, err := r.res, r.err
 	if err != nil {
 		if IsNotFound(err) {
 			return out, nil

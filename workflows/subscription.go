@@ -83,6 +83,8 @@ type subscription struct {
 	// details is what the current details show (setDetails); detailsSet once they are set.
 	details    contract.SubscriptionProgress
 	detailsSet bool
+	// localReads: this run takes the fast path (versionLocalRead).
+	localReads bool
 }
 
 // SubscriptionWorkflow is the long-lived workflow of one (principal, source, URI)

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/mcpsync/mcpsync"
@@ -21,7 +22,8 @@ type lateRead struct {
 
 // read runs one single-flight read: allocate the ordinal (R14), read on the session host,
 // then offer the response to the acceptance point (R16). Pulses during the read set the dirty
-// bit; its end then leads to exactly one follow-up read (R13).
+// bit; its end then leads to exactly one follow-up read (R13). Runs of the local-read patch
+// take the fast path (readLocal).
 func (w *subscription) read() {
 	reason := w.nextReason
 	if reason == "" {
@@ -32,45 +34,131 @@ func (w *subscription) read() {
 	// Unique per subscription across runs: a run restarted over the same ledger row must not
 	// replay an earlier run's request (the ledger would answer with its first outcome).
 	reqID := fmt.Sprintf("%s/%s/r%d", w.wfID, workflow.GetInfo(w.ctx).WorkflowExecution.RunID, w.st.ReadSeq)
-	var alloc contract.AllocateOutput
-	if err := w.local(contract.ActAllocateReadOrdinal, contract.AllocateInput{
-		SubscriptionID: w.st.SubscriptionID, Generation: w.st.Generation,
-		SessionGeneration: w.st.SessionGeneration, URI: w.in.URI, RequestID: reqID, Reason: reason,
-	}, &alloc); err != nil {
-		w.st.Counters.ReadFailures++
-		w.apply(fsm.IdentityUnknown)
-		w.st.Reason = reasonf(err, "allocating a read ordinal failed")
+	if patched(w.ctx, versionLocalRead) {
+		w.localReads = true
+		w.readLocal(reason, reqID)
 		return
 	}
+	var alloc contract.AllocateOutput
+	if err := w.local(contract.ActAllocateReadOrdinal, w.allocateInput(reason, reqID), &alloc); err != nil {
+		w.allocateFailed(err)
+		return
+	}
+	if !w.dispatched(alloc, reason) {
+		return
+	}
+	w.readOnHost(alloc.Ordinal, reqID)
+}
+
+// versionLocalRead marks the runs that read on the fast path (issue 16 item 2): one local
+// activity allocates, reads on the session when the worker running the workflow task holds
+// it, and settles at the acceptance point, so an update costs one workflow task; the
+// accepted digest is no longer mirrored into the memo (the current details show it). A run
+// whose history reached a read before the patch replays the three-step path.
+const versionLocalRead = "local-read"
+
+// LocalReadHandoff bounds how long the fast path's read may keep the workflow task (which
+// takes no signal meanwhile) before the read is handed to the host queue, where the close
+// fence can overtake it as before (R18, R19). A variable so that tests can change it.
+var LocalReadHandoff = time.Second
+
+// readLocal is the fast path: ActLocalRead allocates and, if this worker holds the session,
+// reads and settles in the same workflow task. Otherwise (another worker holds the session,
+// the read did not answer within LocalReadHandoff, or it failed) the read goes on on the host
+// queue under the same ordinal and request ID, exactly as on the regular path.
+func (w *subscription) readLocal(reason mcpsync.ReadReason, reqID string) {
+	ctx := workflow.WithLocalActivityOptions(w.ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: LocalReadHandoff + 30*time.Second,
+		StartToCloseTimeout:    LocalReadHandoff + 30*time.Second,
+		// One attempt: a failure leaves the allocation unknown, and the regular path below
+		// allocates again (same request ID: the first outcome, R14) with its retries.
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var lr contract.LocalReadOutput
+	err := workflow.ExecuteLocalActivity(ctx, contract.ActLocalRead, contract.LocalReadInput{
+		Allocate: w.allocateInput(reason, reqID), SourceID: w.in.SourceID, ServerURI: w.in.ServerURI, Handoff: LocalReadHandoff,
+	}).Get(w.ctx, &lr)
+	if err != nil {
+		w.log.Warn("fast-path read failed; allocating on the regular path", "error", err)
+		if err := w.local(contract.ActAllocateReadOrdinal, w.allocateInput(reason, reqID), &lr.Alloc); err != nil {
+			w.allocateFailed(err)
+			return
+		}
+		lr = contract.LocalReadOutput{Alloc: lr.Alloc}
+	}
+	if !w.dispatched(lr.Alloc, reason) {
+		return
+	}
+	w.st.Counters.ReadsLocal += b2i(lr.Here && !lr.HandedOff)
+	switch {
+	case !lr.Here || lr.HandedOff:
+		w.readOnHost(lr.Alloc.Ordinal, reqID)
+	case lr.Settled:
+		w.settleAnswer(lr.Read, nil, lr.Alloc.Ordinal, reqID, &lr)
+	default:
+		w.settleAnswer(lr.Read, nil, lr.Alloc.Ordinal, reqID, nil)
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (w *subscription) allocateInput(reason mcpsync.ReadReason, reqID string) contract.AllocateInput {
+	return contract.AllocateInput{
+		SubscriptionID: w.st.SubscriptionID, Generation: w.st.Generation,
+		SessionGeneration: w.st.SessionGeneration, URI: w.in.URI, RequestID: reqID, Reason: reason,
+	}
+}
+
+// allocateFailed follows an allocation whose outcome is unknown (R12).
+func (w *subscription) allocateFailed(err error) {
+	w.st.Counters.ReadFailures++
+	w.apply(fsm.IdentityUnknown)
+	w.st.Reason = reasonf(err, "allocating a read ordinal failed")
+}
+
+// dispatched follows an allocation's outcome and reports whether the read is dispatched
+// (READ_PENDING, counted).
+func (w *subscription) dispatched(alloc contract.AllocateOutput, reason mcpsync.ReadReason) bool {
 	if alloc.Outcome != mcpsync.OutcomeAllocated {
 		w.st.Counters.Refused++
 		w.st.Reason = reasonf(nil, "read ordinal refused: %s (ledger state %s)", alloc.Outcome, alloc.State)
 		if alloc.Outcome == mcpsync.OutcomeRevoked {
 			w.requestRevokedClose("allocate")
-			return
+			return false
 		}
 		if !w.m.State().Closing() {
 			w.apply(fsm.IdentityUnknown)
 		}
-		return
+		return false
 	}
 	if !w.apply(fsm.ReadDispatched) {
-		return
+		return false
 	}
 	w.duringRead = pulsesDuringRead{}
 	w.st.Counters.Reads++
 	w.st.Counters.ReadsByReason[reason]++
+	return true
+}
+
+// readOnHost reads on the session host's queue and settles the answer; if the close fence
+// passes first, the read is kept and settled whenever it answers (R19).
+func (w *subscription) readOnHost(ordinal int64, reqID string) {
 	f := workflow.ExecuteActivity(w.hostCtx(30*time.Second, 3), contract.ActMCPRead, contract.ReadInput{
 		SourceID: w.in.SourceID, SessionGeneration: w.st.SessionGeneration, ServerURI: w.in.ServerURI,
-		Ordinal: alloc.Ordinal, RequestID: reqID,
+		Ordinal: ordinal, RequestID: reqID,
 	})
 	if !w.awaitUnlessClosing(f) {
 		// The close fence passed while the read was in flight: close now, and settle the read
 		// whenever it answers, after CLOSED if need be (R19).
-		w.lateReads = append(w.lateReads, lateRead{future: f, ordinal: alloc.Ordinal, reqID: reqID})
+		w.lateReads = append(w.lateReads, lateRead{future: f, ordinal: ordinal, reqID: reqID})
 		return
 	}
-	w.settleRead(f, alloc.Ordinal, reqID)
+	w.settleRead(f, ordinal, reqID)
 }
 
 // readID is the identity of the read with this ordinal and request ID (R14, R16).
@@ -85,6 +173,12 @@ func (w *subscription) readID(ordinal int64, reqID string) mcpsync.ReadID {
 func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string) {
 	var out contract.ReadOutput
 	err := f.Get(w.ctx, &out)
+	w.settleAnswer(out, err, ordinal, reqID, nil)
+}
+
+// settleAnswer follows a read's answer (out, or its error): offered to the ledger, unless the
+// fast path already did (settled, with the ledger's outcome).
+func (w *subscription) settleAnswer(out contract.ReadOutput, err error, ordinal int64, reqID string, settled *contract.LocalReadOutput) {
 	if w.m.State() == mcpsync.StateReadPending {
 		w.resolvePulses(out.SentAt)
 	}
@@ -110,7 +204,9 @@ func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string
 	if !out.Found {
 		w.st.Counters.NotFound++
 		var outcome mcpsync.Outcome
-		if err := w.local(contract.ActRecordNotFound, contract.AcceptInput{ReadID: w.readID(ordinal, reqID)}, &outcome); err != nil {
+		if settled != nil {
+			outcome = settled.Outcome
+		} else if err := w.local(contract.ActRecordNotFound, contract.AcceptInput{ReadID: w.readID(ordinal, reqID)}, &outcome); err != nil {
 			w.st.Reason = reasonf(err, "recording not-found failed")
 			w.apply(fsm.IdentityUnknown)
 			return
@@ -125,7 +221,9 @@ func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string
 		return
 	}
 	var acc contract.AcceptOutput
-	if err := w.local(contract.ActAcceptResourceVersion, contract.AcceptInput{ReadID: w.readID(ordinal, reqID), Read: out}, &acc); err != nil {
+	if settled != nil {
+		acc = contract.AcceptOutput{Outcome: settled.Outcome, VersionID: settled.VersionID}
+	} else if err := w.local(contract.ActAcceptResourceVersion, contract.AcceptInput{ReadID: w.readID(ordinal, reqID), Read: out}, &acc); err != nil {
 		w.st.Reason = reasonf(err, "accepting failed")
 		w.apply(fsm.IdentityUnknown)
 		return
@@ -135,7 +233,10 @@ func (w *subscription) settleRead(f workflow.Future, ordinal int64, reqID string
 		w.st.Counters.Accepted++
 		w.st.LastAcceptedOrdinal, w.st.LastAcceptedDigest = ordinal, out.Digest
 		w.apply(fsm.Accepted)
-		if err := workflow.UpsertMemo(w.ctx, map[string]any{
+		if w.localReads {
+			// local-read: no memo (one history event per update less); the current details
+			// show the accepted ordinal and digest (setDetails).
+		} else if err := workflow.UpsertMemo(w.ctx, map[string]any{
 			"lastAcceptedDigest": out.Digest, "lastAcceptedOrdinal": ordinal,
 		}); err != nil {
 			// The memo only mirrors the ledger for operators; the version is accepted.

@@ -84,7 +84,14 @@ func (f *fakeMCP) unsubscribe(_ context.Context, c contract.SessionCall) (contra
 func (f *fakeMCP) read(ctx context.Context, in contract.ReadInput) (contract.ReadOutput, error) {
 	f.mu.Lock()
 	f.reads = append(f.reads, in)
-	body, notFound, sentAt := f.bodies[in.ServerURI], f.notFound, f.sentAt
+	f.mu.Unlock()
+	return f.readBody(ctx, in.ServerURI)
+}
+
+// readBody serves serverURI's body as a read does, without recording a host-queue read.
+func (f *fakeMCP) readBody(ctx context.Context, serverURI string) (contract.ReadOutput, error) {
+	f.mu.Lock()
+	body, notFound, sentAt := f.bodies[serverURI], f.notFound, f.sentAt
 	f.mu.Unlock()
 	if notFound {
 		return contract.ReadOutput{}, nil
@@ -94,6 +101,15 @@ func (f *fakeMCP) read(ctx context.Context, in contract.ReadInput) (contract.Rea
 		return contract.ReadOutput{}, err
 	}
 	return contract.ReadOutput{Found: true, Digest: d, MIMEType: "text/plain", Size: int64(len(body)), ServerName: "fake", SentAt: sentAt}, nil
+}
+
+// registerLedger registers the ledger activities and the read fast path of a worker that
+// holds no session (activities.LocalRead without a Session: it allocates, and the read goes
+// to the host queue as on the regular path).
+func registerLedger(env *testsuite.TestWorkflowEnvironment, st *ledger.Store) {
+	led := &activities.Ledger{Store: st}
+	led.Register(env)
+	(&activities.LocalRead{Ledger: led}).Register(env)
 }
 
 type harness struct {
@@ -125,7 +141,7 @@ func newHarness(t *testing.T) *harness {
 	env := ts.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(60 * time.Second)
 	env.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
-	(&activities.Ledger{Store: st}).Register(env)
+	registerLedger(env, st)
 	f := &fakeMCP{store: st, bodies: map[string]string{uri: "v1"}}
 	f.register(env)
 	return &harness{t: t, ctx: ctx, env: env, st: st, src: src, sess: sess, mcp: f}
@@ -138,7 +154,7 @@ func (h *harness) fresh() *harness {
 	env := ts.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(60 * time.Second)
 	env.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
-	(&activities.Ledger{Store: h.st}).Register(env)
+	registerLedger(env, h.st)
 	h.mcp.register(env)
 	n := *h
 	n.env = env

@@ -42,6 +42,14 @@ var patchHistories = map[string]struct{ pre, post []string }{
 		pre:  []string{"close-on-ended-session-v0-00-Completed.json"},
 		post: []string{"close-on-ended-session-v1-00-Completed.json"},
 	},
+	// Issue 16 item 2. Every subscription history recorded before the patch reads on the
+	// three-step path (allocate, MCPRead on the host queue, accept); cover-after-read-v1-00 was
+	// recorded at d9eceaa and subscription-00 earlier. local-read-v1-00 is recorded by
+	// internal/harness/e2e TestHistoriesLocalRead on the current code (the fast path).
+	"local-read": {
+		pre:  []string{"cover-after-read-v1-00-Completed.json", "subscription-00-Completed.json"},
+		post: []string{"local-read-v1-00-Completed.json"},
+	},
 }
 
 // distinguishing are the pre-patch histories that the new branch of their patch cannot replay:
@@ -50,6 +58,7 @@ var distinguishing = map[string]string{
 	"record-every-list-changed": "record-every-list-changed-v0-01-ContinuedAsNew.json",
 	"cover-after-read":          "cover-after-read-v0-00-Completed.json",
 	"close-on-ended-session":    "close-on-ended-session-v0-00-Completed.json",
+	"local-read":                "cover-after-read-v1-00-Completed.json",
 }
 
 // Issue 17 part 5: every patch has a history recorded before it, which carries no marker of

@@ -15,6 +15,7 @@ var patches = []string{
 	versionRecordEveryListChanged, // f773392, SourceWorkflow
 	versionCoverAfterRead,         // d9eceaa, SubscriptionWorkflow
 	versionCloseOnEndedSession,    // dffcd2d, SubscriptionWorkflow
+	versionLocalRead,              // issue 16 item 2, SubscriptionWorkflow
 }
 
 // unguardedPatches, set only by tests, makes every patch take its new branch without a

@@ -93,6 +93,9 @@ type Counters struct {
 	Refused       int64
 	NotFound      int64
 	ReadFailures  int64
+	// ReadsLocal counts the reads that the fast path read and answered on the workflow's own
+	// worker (ActLocalRead, issue 16 item 2); Reads - ReadsLocal went to the host queue.
+	ReadsLocal int64 `json:",omitempty"`
 }
 
 // ResourceUpdated is the session host's signal for notifications/resources/updated: one, or

@@ -44,10 +44,13 @@ func TemporalInterceptors() ([]interceptor.Interceptor, error) {
 	return []interceptor.Interceptor{otelIc, &signalLink{}}, nil
 }
 
-// readStart is the activity that begins a read; readSteps are the activities of one read.
+// readStart is the activity that begins a read on the regular path; readSteps are the
+// activities of one read. The fast path (contract.ActLocalRead, issue 16 item 2) begins a read
+// too; an allocation right after it is the same read's regular path.
 const readStart = contract.ActAllocateReadOrdinal
 
 var readSteps = map[string]bool{
+	contract.ActLocalRead:             true,
 	contract.ActAllocateReadOrdinal:   true,
 	contract.ActMCPRead:               true,
 	contract.ActAcceptResourceVersion: true,
@@ -70,6 +73,8 @@ type linkInbound struct {
 	// pending is the span of the last resource-updated signal not yet taken by a read;
 	// current is the span the read in progress was taken from (nil: the run's span).
 	pending, current any
+	// afterLocalRead: the last read step was the fast path's local activity.
+	afterLocalRead bool
 }
 
 func (i *linkInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
@@ -88,8 +93,11 @@ func (i *linkInbound) HandleSignal(ctx workflow.Context, in *interceptor.HandleS
 
 // parent returns ctx with the span a read step's span should hang from.
 func (i *linkInbound) parent(ctx workflow.Context, activityType string) workflow.Context {
-	if activityType == readStart {
+	if activityType == contract.ActLocalRead || activityType == readStart && !i.afterLocalRead {
 		i.current, i.pending = i.pending, nil
+	}
+	if readSteps[activityType] {
+		i.afterLocalRead = activityType == contract.ActLocalRead
 	}
 	if !readSteps[activityType] || i.current == nil {
 		return ctx

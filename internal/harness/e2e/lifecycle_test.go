@@ -107,7 +107,9 @@ func TestContinueAsNewUnderSignalStorm(t *testing.T) {
 }
 
 // The Temporal UI finds a subscription by source, URI, state and principal (search
-// attributes), and its memo carries the last accepted digest.
+// attributes). The last accepted digest is on its detail page (current details,
+// TestSubscriptionUIMetadata); since the local-read patch (issue 16 item 2) the memo no longer
+// mirrors it, which saves a history event per update.
 func TestSearchAttributesAndMemo(t *testing.T) {
 	s := newStack(t)
 	s.startChaosHTTP("ui", map[string]string{"demo://notes/1": "v1"})
@@ -123,13 +125,12 @@ func TestSearchAttributesAndMemo(t *testing.T) {
 			if ex.GetExecution().GetWorkflowId() != sub.WorkflowID {
 				continue
 			}
-			var digest string
 			if p := ex.GetMemo().GetFields()["lastAcceptedDigest"]; p != nil {
-				if err := converter.GetDefaultDataConverter().FromPayload(p, &digest); err != nil {
-					return false, err.Error()
-				}
+				var digest string
+				_ = converter.GetDefaultDataConverter().FromPayload(p, &digest)
+				return false, "the memo still mirrors the accepted digest " + digest
 			}
-			return digest == sub.LastAcceptedDigest, "memo digest " + digest
+			return true, ""
 		}
 		return false, fmt.Sprintf("%d executions match, none is %s", len(resp.GetExecutions()), sub.WorkflowID)
 	})

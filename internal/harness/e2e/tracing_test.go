@@ -55,8 +55,8 @@ func TestOneUpdateOneConnectedTrace(t *testing.T) {
 		if _, ok := tr.named[tracing.SpanLedgerAccept]; !ok {
 			return false, "no accept span yet:\n" + tr.String()
 		}
-		if _, ok := tr.named["RunActivity:"+contract.ActAcceptResourceVersion]; !ok {
-			return false, "accept activity not ended yet:\n" + tr.String()
+		if _, ok := tr.named["RunActivity:"+contract.ActLocalRead]; !ok {
+			return false, "the fast path's local activity not ended yet:\n" + tr.String()
 		}
 		return true, ""
 	})
@@ -73,10 +73,11 @@ func TestOneUpdateOneConnectedTrace(t *testing.T) {
 		t.Errorf("roots %v, want only %s", roots, tracing.SpanNotification)
 	}
 	signal, handle := "SignalWorkflow:"+contract.SignalResourceUpdated, "HandleSignal:"+contract.SignalResourceUpdated
+	// The worker holding the session runs the update on the fast path (issue 16 item 2): the
+	// read and the acceptance are children of its one local activity.
 	for _, chain := range [][]string{
-		{tracing.SpanMCPRead, "RunActivity:" + contract.ActMCPRead, "StartActivity:" + contract.ActMCPRead, handle, signal, tracing.SpanNotification},
-		{tracing.SpanLedgerAccept, "RunActivity:" + contract.ActAcceptResourceVersion, "StartActivity:" + contract.ActAcceptResourceVersion, handle, signal, tracing.SpanNotification},
-		{"RunActivity:" + contract.ActAllocateReadOrdinal, "StartActivity:" + contract.ActAllocateReadOrdinal, handle},
+		{tracing.SpanMCPRead, "RunActivity:" + contract.ActLocalRead, "StartActivity:" + contract.ActLocalRead, handle, signal, tracing.SpanNotification},
+		{tracing.SpanLedgerAccept, "RunActivity:" + contract.ActLocalRead, "StartActivity:" + contract.ActLocalRead, handle, signal, tracing.SpanNotification},
 	} {
 		if got := tr.ancestry(chain[0], len(chain)); strings.Join(got, " <- ") != strings.Join(chain, " <- ") {
 			t.Errorf("ancestry of %s:\n got %s\nwant %s", chain[0], strings.Join(got, " <- "), strings.Join(chain, " <- "))

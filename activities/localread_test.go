@@ -1,0 +1,162 @@
+package activities_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
+
+	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/activities"
+	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+)
+
+// Issue 16 item 2, the fast path on a real session and ledger: on the process holding the
+// session it allocates, reads and accepts in one call (one resources/read); elsewhere it only
+// allocates; a read held past the handoff is left in flight and MCPRead of the same request
+// joins it (still one resources/read), and when the close fence overtook it, its late answer
+// is only STALE_AFTER_CLOSE (R19).
+func TestLocalRead(t *testing.T) {
+	const u = "demo://notes/1"
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	store := ledger.New(pgtest.NewPool(t))
+	srv := chaosmcp.New(chaosmcp.Options{})
+	t.Cleanup(func() { srv.Close() })
+	srv.Set(u, "v1", "text/plain")
+	hs, err := srv.StartHTTP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hs.Close() })
+	src, _, err := store.AddSource(ctx, ledger.SourceSpec{Name: "fast", Transport: ledger.TransportHTTP, URL: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.GrantAccess(ctx, "p", src.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	h := runHost(ctx, t, store, "host-fast", zap.WarnLevel)
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	c, err := h.WaitSession(wctx, src.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := c.Generation()
+	sub, err := store.EnsureSubscription(ctx, ledger.EnsureSpec{Principal: "p", SourceID: src.ID, URI: u, ServerURI: u, WorkflowID: "wf-fast"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	led := &activities.Ledger{Store: store}
+	for _, step := range []func(context.Context, contract.TransitionInput) (contract.TransitionOutput, error){led.BeginSubscribe, led.Activate} {
+		if out, err := step(ctx, contract.TransitionInput{SubscriptionID: sub.ID, Generation: sub.Generation, SessionGeneration: gen}); err != nil || out.Outcome != mcpsync.OutcomeTransitioned {
+			t.Fatalf("activate: %+v %v", out, err)
+		}
+	}
+	sess := &activities.Session{Host: h, Store: store}
+	here := &activities.LocalRead{Session: sess, Ledger: led}
+	elsewhere := &activities.LocalRead{Session: &activities.Session{Store: store}, Ledger: led}
+	input := func(reqID string, handoff time.Duration) contract.LocalReadInput {
+		return contract.LocalReadInput{Allocate: contract.AllocateInput{SubscriptionID: sub.ID, Generation: sub.Generation,
+			SessionGeneration: gen, URI: u, RequestID: reqID, Reason: mcpsync.ReasonNotification},
+			SourceID: src.ID, ServerURI: u, Handoff: handoff}
+	}
+	// got is what a step came to: the fast path's answer and the server's reads of u so far.
+	type got struct {
+		Alloc            mcpsync.Outcome
+		Ordinal          int64
+		Here, HandedOff  bool
+		Settled          bool
+		Outcome          mcpsync.Outcome
+		Digest           string
+		ServerReads      int
+		JoinedOutcome    mcpsync.Outcome // the joined read's acceptance, for a handed-off read
+		JoinedReadDigest string
+	}
+	run := func(lr *activities.LocalRead, reqID string, handoff time.Duration, during func()) got {
+		t.Helper()
+		out, err := lr.LocalRead(ctx, input(reqID, handoff))
+		if err != nil {
+			t.Fatalf("%s: %v", reqID, err)
+		}
+		g := got{Alloc: out.Alloc.Outcome, Ordinal: out.Alloc.Ordinal, Here: out.Here, HandedOff: out.HandedOff,
+			Settled: out.Settled, Outcome: out.Outcome, Digest: out.Read.Digest}
+		if out.HandedOff {
+			if during != nil {
+				during()
+			}
+			read, err := sess.MCPRead(ctx, contract.ReadInput{SourceID: src.ID, SessionGeneration: gen, ServerURI: u,
+				Ordinal: out.Alloc.Ordinal, RequestID: reqID})
+			if err != nil {
+				t.Fatalf("%s: joining the handed-off read: %v", reqID, err)
+			}
+			acc, err := led.AcceptResourceVersion(ctx, contract.AcceptInput{ReadID: mcpsync.ReadID{SubscriptionID: sub.ID,
+				Generation: sub.Generation, SessionGeneration: gen, URI: u, Ordinal: out.Alloc.Ordinal, RequestID: reqID}, Read: read})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.JoinedOutcome, g.JoinedReadDigest = acc.Outcome, read.Digest
+		}
+		g.ServerReads = srv.Stats().Reads[u]
+		return g
+	}
+	hold := func(body string) *chaosmcp.Gate {
+		srv.Set(u, body, "text/plain")
+		gate := chaosmcp.NewGate()
+		srv.AddReadFault(chaosmcp.ReadFault{URI: u, Nth: 1, Gate: gate, Fail: chaosmcp.ReadOK})
+		go func() {
+			<-gate.Arrived()
+			time.Sleep(300 * time.Millisecond) // past the handoff of 50 ms
+			gate.Release()
+		}()
+		return gate
+	}
+
+	// On the session's process: one call, one read, accepted.
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 1, Here: true, Settled: true, Outcome: mcpsync.OutcomeAccepted,
+		Digest: ledger.Digest([]byte("v1")), ServerReads: 1}, run(here, "r1", time.Minute, nil)); diff != "" {
+		t.Errorf("here (-want +got):\n%s", diff)
+	}
+	// Elsewhere: allocated, not read.
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 2, ServerReads: 1}, run(elsewhere, "r2", time.Minute, nil)); diff != "" {
+		t.Errorf("elsewhere (-want +got):\n%s", diff)
+	}
+	// Held past the handoff: MCPRead joins the same resources/read, which is accepted.
+	hold("v3")
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 3, Here: true, HandedOff: true, ServerReads: 2,
+		JoinedOutcome: mcpsync.OutcomeAccepted, JoinedReadDigest: ledger.Digest([]byte("v3"))}, run(here, "r3", 50*time.Millisecond, nil)); diff != "" {
+		t.Errorf("held past the handoff (-want +got):\n%s", diff)
+	}
+	// Held past the handoff while the close fence passes: the late answer is STALE_AFTER_CLOSE.
+	hold("v4")
+	fence := func() {
+		if _, err := store.BeginUnsubscribe(ctx, sub.ID, sub.Generation, "unsubscribed"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 4, Here: true, HandedOff: true, ServerReads: 3,
+		JoinedOutcome: mcpsync.OutcomeStaleAfterClose, JoinedReadDigest: ledger.Digest([]byte("v4"))}, run(here, "r4", 50*time.Millisecond, fence)); diff != "" {
+		t.Errorf("held past the handoff, overtaken by the close fence (-want +got):\n%s", diff)
+	}
+	// After the fence: refused at allocation (R18), nothing read.
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeNotActive, ServerReads: 3}, run(here, "r5", time.Minute, nil)); diff != "" {
+		t.Errorf("after the fence (-want +got):\n%s", diff)
+	}
+	vs, err := store.Versions(ctx, sub.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var digests []string
+	for _, v := range vs {
+		digests = append(digests, v.Digest)
+	}
+	if diff := cmp.Diff([]string{ledger.Digest([]byte("v1")), ledger.Digest([]byte("v3"))}, digests); diff != "" {
+		t.Errorf("versions (-want +got):\n%s", diff)
+	}
+}
