@@ -7,7 +7,7 @@ RUNCMDS := mcpsync:./starter mcpsync-worker:./worker mcpsync-dev:./cmd/mcpsync-d
 CMDS    := $(RUNCMDS) mcpsync-gate:./cmd/mcpsync-gate
 SHUFFLES ?= 100000
 
-.PHONY: all build build-run run test bench gate fmt vet deps clean conformance
+.PHONY: all build build-run run test bench bench-quick gate fmt vet deps clean conformance
 
 all: build
 
@@ -49,10 +49,15 @@ test:
 conformance:
 	@scripts/conformance.sh
 
-## bench: the benchmarks, one after another, each printing its own result:
-## Throughput: notification → accepted version throughput and p50/p99 latency over 1,000
-## subscriptions, next to a raw go-sdk read loop against the same server. THROUGHPUTFLAGS
-## passes flags (see -help).
+## bench: every benchmark, one after another (goal: under 20 minutes), each printing its figures
+## as `bench: <name> <value> <unit> (baseline <name> <value> <unit>, ratio <r>)` lines, then
+## `bench: bench-time-<bench> <s> s` per benchmark and `bench: bench-total <s> s`:
+## Throughput (issue 16): on the embedded default `make run` starts (its Temporal persistence
+## and dynamic config, mcpsync-worker as its own process, a fsync'd ledger), 1,000
+## subscriptions at 150 mutations/s: accepted/s and p50/p99 next to the floor (the simplest
+## entity workflow at the same rate on the same server), a raw go-sdk read loop, history events
+## and workflow tasks per update, and the saturation point (p99 <= 1 s). With TEMPORAL_ADDRESS
+## set it runs against that cluster. THROUGHPUTFLAGS passes flags (see -help).
 ## Read amplification (R27): the gate's storm section, 100 duplicate notifications per change.
 ## Revocation latency (R29): p50/p99 from `mcpsync revoke` to every derived index's
 ## invalidation delivered to its outbox consumer, over 1,000 subscriptions and 10 indexes, with
@@ -62,12 +67,43 @@ conformance:
 ## Ledger: acceptResourceVersion with 8 writers (allocate+accept pairs, accepts only) against
 ## `pgbench -N` on the same cluster, and their ratio (goal >= 0.6); the server is
 ## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.
-bench:
-	$(GO) run ./bench/throughput $(THROUGHPUTFLAGS)
-	$(GO) run ./cmd/mcpsync-gate --only storm
-	$(GO) run ./bench/revoke $(BENCHFLAGS)
-	$(GO) run ./bench/scan $(SCANBENCHFLAGS)
-	$(GO) run ./bench/ledger $(LEDGERBENCHFLAGS)
+## Prune: `mcpsync prune` over a simulated day of 1,000 subscriptions. PRUNEBENCHFLAGS.
+## Persistence (issue 16): the embedded server's persistence options with the floor workload.
+## PERSISTBENCHFLAGS passes flags.
+## Scale (issue 16): 10,000 live subscriptions on one worker on the `make run` processes: time
+## to ACTIVE, RSS, re-read storm. SCALEBENCHFLAGS passes flags.
+## A benchmark that fails does not stop the others; the target fails at the end naming it.
+## Gateway (issue 15): agent reads and notifications through the MCP gateway against the CLI
+## and raw go-sdk baselines. GATEWAYBENCHFLAGS passes flags.
+## bench-quick: the same benchmarks at small sizes (goal: under 3 minutes); the *FLAGS above
+## still apply and override the small sizes.
+BENCH_STEP = echo "== bench $(1)"; s=$$(date +%s); $(2) || failed="$$failed $(1)"; echo "bench: bench-time-$(1) $$(( $$(date +%s) - s )) s"
+BENCH_END  = echo "bench: bench-total $$(( $$(date +%s) - t0 )) s"; [ -z "$$failed" ] || { echo "bench: FAILED:$$failed" >&2; exit 1; }
+bench: build-run
+	@t0=$$(date +%s); failed=; \
+	$(call BENCH_STEP,throughput,$(GO) run ./bench/throughput -worker-bin $(BIN)/mcpsync-worker $(THROUGHPUTFLAGS)); \
+	$(call BENCH_STEP,storm,$(GO) run ./cmd/mcpsync-gate --only storm); \
+	$(call BENCH_STEP,revoke,$(GO) run ./bench/revoke $(BENCHFLAGS)); \
+	$(call BENCH_STEP,scan,$(GO) run ./bench/scan $(SCANBENCHFLAGS)); \
+	$(call BENCH_STEP,ledger,$(GO) run ./bench/ledger $(LEDGERBENCHFLAGS)); \
+	$(call BENCH_STEP,prune,$(GO) run ./bench/prune $(PRUNEBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(GO) run ./bench/persistence $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,scale,$(GO) run ./bench/scale -bin $(BIN) $(SCALEBENCHFLAGS)); \
+	$(call BENCH_STEP,gateway,$(GO) run ./bench/gateway $(GATEWAYBENCHFLAGS)); \
+	$(BENCH_END)
+
+bench-quick: build-run
+	@t0=$$(date +%s); failed=; \
+	$(call BENCH_STEP,throughput,$(GO) run ./bench/throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 100 -rate 40 -duration 8s -step 5s -steps 1 -sample 30 -baseline 2s $(THROUGHPUTFLAGS)); \
+	$(call BENCH_STEP,storm,$(GO) run ./cmd/mcpsync-gate --only storm --storm-resources 10); \
+	$(call BENCH_STEP,revoke,$(GO) run ./bench/revoke -subscriptions 100 -principals 10 -indexes 3 -probes 20 $(BENCHFLAGS)); \
+	$(call BENCH_STEP,scan,$(GO) run ./bench/scan -resources 5000 -runs 1 $(SCANBENCHFLAGS)); \
+	$(call BENCH_STEP,ledger,$(GO) run ./bench/ledger -duration 3s -rounds 1 -warmup 1s -scale 1 $(LEDGERBENCHFLAGS)); \
+	$(call BENCH_STEP,prune,$(GO) run ./bench/prune -subscriptions 100 -sources 2 -hours 3 $(PRUNEBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(GO) run ./bench/persistence -workflows 100 -rate 40 -duration 5s $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,scale,$(GO) run ./bench/scale -bin $(BIN) -n 500 -probe 5s $(SCALEBENCHFLAGS)); \
+	$(call BENCH_STEP,gateway,$(GO) run ./bench/gateway -agents 4 -duration 3s -updates 10 $(GATEWAYBENCHFLAGS)); \
+	$(BENCH_END)
 
 ## deps: install missing PostgreSQL binaries and interop npm packages
 deps:

@@ -31,6 +31,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/harness/benchline"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
@@ -199,6 +200,15 @@ func run(ctx context.Context, c config) (float64, error) {
 	}
 	fmt.Printf("%-32s %10.2f   (goal >= %.2f: %s; rounds %.2f..%.2f)\n", "ratio accepts/s / pgbench TPS", ratio, c.goal, verdict, lo, hi)
 	fmt.Printf("%-32s %10.2f\n", "ratio pairs/s / pgbench TPS", pairs.rate()/meanTPS)
+
+	// The issue-16 lines: one figure each, next to the baseline measured in the same run.
+	fmt.Println()
+	pgb := benchline.Figure{Name: fmt.Sprintf("pgbench-N-%dw", c.writers), Value: meanTPS, Unit: "/s"}
+	benchline.PrintVs(os.Stdout, benchline.Figure{Name: fmt.Sprintf("ledger-accepts-%dw", c.writers), Value: accepts.rate(), Unit: "/s"}, pgb)
+	benchline.PrintVs(os.Stdout, benchline.Figure{Name: fmt.Sprintf("ledger-pairs-%dw", c.writers), Value: pairs.rate(), Unit: "/s"}, pgb)
+	msOf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	benchline.Print(os.Stdout, benchline.Figure{Name: fmt.Sprintf("ledger-accept-p99-%dw", c.writers), Value: msOf(accepts.pct(99)), Unit: "ms"})
+	benchline.Print(os.Stdout, benchline.Figure{Name: fmt.Sprintf("ledger-pair-p99-%dw", c.writers), Value: msOf(pairs.pct(99)), Unit: "ms"})
 	return ratio, nil
 }
 

@@ -10,7 +10,8 @@
 // VACUUM FULL that returns the freed space to the file system.
 //
 // It creates a database on the server named by -database (an admin URL; default
-// $MCPSYNC_BENCH_DATABASE_URL, else $MCPSYNC_TEST_DATABASE_URL) and drops it at the end.
+// $MCPSYNC_BENCH_DATABASE_URL, else $MCPSYNC_TEST_DATABASE_URL; with none, a private cluster
+// started for the run) and drops it at the end.
 //
 //	go run ./bench/prune [-database URL] [-subscriptions 1000] [-every 10m] [-hours 24] [-older-than 1h]
 package main
@@ -32,6 +33,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/harness/benchline"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
@@ -53,7 +55,7 @@ func main() {
 	if def == "" {
 		def = os.Getenv("MCPSYNC_TEST_DATABASE_URL")
 	}
-	flag.StringVar(&c.admin, "database", def, "admin URL of the PostgreSQL server")
+	flag.StringVar(&c.admin, "database", def, "admin URL of the PostgreSQL server (empty: start a private cluster)")
 	flag.IntVar(&c.subs, "subscriptions", 1000, "subscriptions")
 	flag.IntVar(&c.sources, "sources", 10, "sources the subscriptions are spread over")
 	flag.DurationVar(&c.every, "every", 10*time.Minute, "simulated time between two updates of one subscription")
@@ -64,8 +66,6 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the database (its name is printed)")
 	flag.Parse()
 	switch {
-	case c.admin == "":
-		fail(fmt.Errorf("-database (or MCPSYNC_BENCH_DATABASE_URL) is required"))
 	case c.subs <= 0 || c.sources <= 0 || c.hours <= 0 || c.writers <= 0 || c.bodyBytes < 16:
 		fail(fmt.Errorf("-subscriptions, -sources, -hours, -writers must be positive and -body at least 16"))
 	case c.every < time.Minute || c.every > time.Hour || time.Hour%c.every != 0:
@@ -75,7 +75,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, c); err != nil {
+	cleanup := func() {}
+	if c.admin == "" {
+		admin, stopCluster, err := privateCluster(ctx)
+		if err != nil {
+			fail(err)
+		}
+		cleanup, c.admin = stopCluster, admin
+	}
+	err := run(ctx, c)
+	cleanup() // before fail: os.Exit runs no deferred call
+	if err != nil {
 		fail(err)
 	}
 }
@@ -149,7 +159,8 @@ func run(ctx context.Context, c config) error {
 			fmt.Printf("  simulated hour %d written (%s)\n", h+1, time.Since(start).Round(time.Second))
 		}
 	}
-	fmt.Printf("written in %s (%.0f updates/s)\n", time.Since(start).Round(time.Second), float64(updates)/time.Since(start).Seconds())
+	writeRate := float64(updates) / time.Since(start).Seconds()
+	fmt.Printf("written in %s (%.0f updates/s)\n", time.Since(start).Round(time.Second), writeRate)
 	if err := simulateDay(ctx, pool, bounds); err != nil {
 		return fmt.Errorf("map timestamps: %w", err)
 	}
@@ -193,7 +204,21 @@ func run(ctx context.Context, c config) error {
 		}
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%s\t%s\t\t%s\t\n", tot[0], tot[1], tot[2], size(tot[3]), size(tot[4]), size(tot[5]))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	// The issue-16 lines: one figure each.
+	fig := func(name string, v float64, unit string) benchline.Figure {
+		return benchline.Figure{Name: fmt.Sprintf("%s-%d", name, c.subs), Value: v, Unit: unit}
+	}
+	fmt.Println()
+	benchline.Print(os.Stdout, fig("prune-write", writeRate, "updates/s"))
+	benchline.Print(os.Stdout, fig("prune-dry-run", dry.Elapsed.Seconds(), "s"))
+	benchline.Print(os.Stdout, fig("prune", rep.Elapsed.Seconds(), "s"))
+	benchline.Print(os.Stdout, fig("prune-deleted", float64(rep.Deleted()), "rows"))
+	benchline.Print(os.Stdout, fig("prune-freed", float64(tot[3])/(1<<20), "MiB"))
+	return nil
 }
 
 func size(n int64) string {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mcpsync/mcpsync/internal/harness/benchline"
 )
 
 func quantile(ds []time.Duration, q float64) time.Duration {
@@ -95,4 +97,19 @@ func (b *bench) report(r results) {
 	line("revoke -> the principal's subscriptions CLOSED", out.RevokeToSubscriptionsClosed)
 	line("revoke command (ledger transaction + signals)", out.RevokeCommand)
 	line("baseline: outbox insert -> delivered to every consumer", out.BaselineInsertToDelivered)
+
+	// The issue-16 lines: one figure each, next to the baseline where there is one.
+	n := out.Subscriptions
+	fig := func(name string, v float64) benchline.Figure {
+		return benchline.Figure{Name: fmt.Sprintf("%s-%d", name, n), Value: v, Unit: "ms"}
+	}
+	base := func(name string, v float64) benchline.Figure {
+		return benchline.Figure{Name: name, Value: v, Unit: "ms"}
+	}
+	fmt.Println()
+	benchline.PrintVs(os.Stdout, fig("revoke-delivered-p50", out.RevokeToIndexesDelivered.P50Ms), base("outbox-delivered-p50", out.BaselineInsertToDelivered.P50Ms))
+	benchline.PrintVs(os.Stdout, fig("revoke-delivered-p99", out.RevokeToIndexesDelivered.P99Ms), base("outbox-delivered-p99", out.BaselineInsertToDelivered.P99Ms))
+	benchline.Print(os.Stdout, fig("revoke-fenced-p99", out.RevokeToCloseFence.P99Ms))
+	benchline.Print(os.Stdout, fig("revoke-closed-p99", out.RevokeToSubscriptionsClosed.P99Ms))
+	benchline.Print(os.Stdout, fig("revoke-command-p99", out.RevokeCommand.P99Ms))
 }

@@ -1,63 +1,212 @@
-// Command throughput measures mcpsync end to end on one machine: N subscriptions on a
-// fault-injecting MCP server over streamable HTTP, resources mutated at a fixed rate, and for
-// every mutation the time until the ledger accepted a version with exactly that content
-// (notification → signal → workflow → read ordinal → resources/read → acceptResourceVersion).
-// In the same run, against the same server and transport, a raw go-sdk read loop gives the
-// baseline of what one client can read. Everything runs in-process (localstack).
+// Command throughput measures mcpsync end to end on the deployment `make run` starts (issue 16
+// items 1-3): the embedded Temporal server with its persistence and dynamic config (in this
+// process, as mcpsync-dev runs it in its own), mcpsync-worker as a separate process, a ledger
+// on a PostgreSQL cluster with fsync on, N subscriptions on a fault-injecting MCP server over
+// streamable HTTP, resources mutated at a fixed offered rate, and for every mutation the time
+// until the ledger accepted a version with exactly that content (notification → signal →
+// workflow → read ordinal → resources/read → acceptResourceVersion). In the same run, on the
+// same Temporal server, it measures:
 //
-//	go run ./bench/throughput [-subscriptions 1000] [-rate 200] [-duration 30s]
+//   - the floor (internal/harness/floor): the simplest entity workflow per subscription —
+//     signal, one no-op local activity, loop — at the same offered rate over N workflows;
+//     mcpsync's accepted/s over the floor's is the ratio issue 16 asks ≥ 0.7 of;
+//   - a raw go-sdk read loop against the same MCP server: what one client can read;
+//   - history events and workflow tasks per accepted update, for mcpsync and the floor, from the
+//     histories (GetWorkflowHistory) of a sample of their workflows over the measured window;
+//   - the saturation point: the highest offered rate with p99 ≤ 1 s, by a short step search.
+//
+// Every figure is printed on its own line as `bench: <name> <value> <unit> (baseline ...)`.
+// With TEMPORAL_ADDRESS set (namespace TEMPORAL_NAMESPACE, default "default"; TLS and API key
+// from the TEMPORAL_TLS_* and TEMPORAL_API_KEY variables), the stack uses that cluster instead
+// of the embedded one, floor included; -temporal memory uses the in-memory test server.
+//
+//	go run ./bench/throughput [-subscriptions 1000] [-rate 150] [-duration 30s] [-step 10s]
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpsync/mcpsync"
+	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
+	"github.com/mcpsync/mcpsync/internal/harness/benchline"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/harness/floor"
 	"github.com/mcpsync/mcpsync/internal/harness/localstack"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
+// saturationP99 is the latency bound of the saturation point.
+const saturationP99 = time.Second
+
+type config struct {
+	n           int
+	rate        float64
+	duration    time.Duration
+	step        time.Duration
+	steps       int
+	baseline    time.Duration
+	admin       string
+	temporal    string
+	persistence string
+	worker      string
+	workerBin   string
+	sample      int
+	noFloor     bool
+	cpuProfile  string
+}
+
 func main() {
-	subs := flag.Int("subscriptions", 1000, "number of subscriptions (one resource each)")
-	rate := flag.Float64("rate", 200, "mutations per second during the measurement")
-	duration := flag.Duration("duration", 30*time.Second, "length of the measurement")
-	baseline := flag.Duration("baseline", 5*time.Second, "length of the raw go-sdk read loop")
-	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of a Postgres server (empty: start a private one)")
-	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement phase to this file")
+	var c config
+	flag.IntVar(&c.n, "subscriptions", 1000, "number of subscriptions (one resource each), and of floor workflows")
+	flag.Float64Var(&c.rate, "rate", 150, "offered mutations per second during the measurement (mcpsync and floor)")
+	flag.DurationVar(&c.duration, "duration", 30*time.Second, "length of the measurement at -rate")
+	flag.DurationVar(&c.step, "step", 10*time.Second, "length of each saturation step (0: no saturation search)")
+	flag.IntVar(&c.steps, "steps", 3, "at most this many saturation steps")
+	flag.DurationVar(&c.baseline, "baseline", 5*time.Second, "length of the raw go-sdk read loop")
+	flag.StringVar(&c.admin, "database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of a Postgres server for the ledger (empty: start a private cluster, fsync on)")
+	flag.StringVar(&c.temporal, "temporal", "", "Temporal server: embedded (make run's default), memory (in-memory temporaltest) or external (TEMPORAL_ADDRESS); default external when TEMPORAL_ADDRESS is set, else embedded")
+	flag.StringVar(&c.persistence, "persistence", makeRunPersistence(), "embedded server persistence: sqlite or postgres (default: what make run's mcpsync-dev uses, MCPSYNC_TEMPORAL_PERSISTENCE or devtemporal.DefaultPersistence)")
+	flag.StringVar(&c.worker, "worker", "process", "where the mcpsync worker runs: process (a separate mcpsync-worker, as make run) or inprocess")
+	flag.StringVar(&c.workerBin, "worker-bin", "", "mcpsync-worker binary for -worker process (empty: go build ./worker into a temporary directory)")
+	flag.IntVar(&c.sample, "sample", 100, "workflows whose histories are counted for events per update")
+	flag.BoolVar(&c.noFloor, "no-floor", false, "skip the floor")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the mcpsync measurement phase to this file")
 	flag.Parse()
+	if flag.NArg() > 0 || c.n <= 0 || c.rate <= 0 || c.duration <= 0 || c.sample < 0 || c.steps < 0 {
+		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration must be positive, no positional arguments")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *subs, *rate, *duration, *baseline, *admin); err != nil {
+	if err := run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
 	}
 }
 
-var cpuProfile string
+// makeRunPersistence is the persistence mcpsync-dev gives the embedded server: its
+// --temporal-persistence default: MCPSYNC_TEMPORAL_PERSISTENCE, else devtemporal.DefaultPersistence.
+func makeRunPersistence() string {
+	if v := os.Getenv("MCPSYNC_TEMPORAL_PERSISTENCE"); v != "" {
+		return v
+	}
+	return string(devtemporal.DefaultPersistence)
+}
 
 func uriOf(i int) string { return fmt.Sprintf("demo://items/%04d", i) }
 
-func run(ctx context.Context, n int, rate float64, duration, baselineDur time.Duration, admin string) error {
+func stackOptions(ctx context.Context, c config) (localstack.Options, func(), error) {
+	opts := localstack.Options{AdminURL: c.admin}
+	kind := c.temporal
+	if kind == "" {
+		kind = "embedded"
+		if os.Getenv("TEMPORAL_ADDRESS") != "" {
+			kind = "external"
+		}
+	}
+	switch kind {
+	case "embedded":
+		opts.Temporal = localstack.TemporalEmbedded
+		if c.persistence != "" {
+			p, err := devtemporal.ParsePersistence(c.persistence)
+			if err != nil {
+				return opts, nil, err
+			}
+			opts.Persistence = p
+		}
+	case "memory":
+		opts.Temporal = localstack.TemporalTest
+	case "external":
+		opts.Temporal = localstack.TemporalExternal
+		opts.TemporalAddress, opts.TemporalNamespace = os.Getenv("TEMPORAL_ADDRESS"), os.Getenv("TEMPORAL_NAMESPACE")
+		if opts.TemporalAddress == "" {
+			return opts, nil, errors.New("-temporal external needs TEMPORAL_ADDRESS")
+		}
+	default:
+		return opts, nil, fmt.Errorf("-temporal %q: want embedded, memory or external", kind)
+	}
+	cleanup := func() {}
+	switch c.worker {
+	case "inprocess":
+	case "process":
+		bin := c.workerBin
+		if bin == "" {
+			dir, err := os.MkdirTemp("", "mcpsync-bench-")
+			if err != nil {
+				return opts, nil, err
+			}
+			cleanup = func() { os.RemoveAll(dir) }
+			bin = filepath.Join(dir, "mcpsync-worker")
+			cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/mcpsync/mcpsync/worker")
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			if err := cmd.Run(); err != nil {
+				cleanup()
+				return opts, nil, fmt.Errorf("build mcpsync-worker (or pass -worker-bin): %w", err)
+			}
+		}
+		opts.WorkerCommand = []string{bin}
+	default:
+		return opts, nil, fmt.Errorf("-worker %q: want process or inprocess", c.worker)
+	}
+	return opts, cleanup, nil
+}
+
+func run(ctx context.Context, c config) error {
 	start := time.Now()
-	st, err := localstack.Start(ctx, localstack.Options{AdminURL: admin})
+	opts, cleanup, err := stackOptions(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	st, err := localstack.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer st.Stop()
+	persistence := ""
+	if opts.Temporal == localstack.TemporalEmbedded {
+		persistence = "persistence " + string(opts.Persistence)
+		if opts.Persistence == "" {
+			persistence = "persistence: devtemporal's default"
+		}
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("throughput: Temporal %s %s (%s, namespace %s), worker %s, ledger %s; %d CPUs, load %s\n",
+		opts.Temporal, persistence, st.TemporalAddress, st.Namespace, c.worker, ledgerKind(c.admin), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+	fmt.Printf("throughput: stack up in %s\n", time.Since(start).Round(time.Millisecond))
+
+	// The floor first, on the fresh server (a conservative baseline for the ratio).
+	var fl floor.Result
+	if !c.noFloor {
+		t := time.Now()
+		fl, err = floor.Run(ctx, st.Client, fmt.Sprintf("floor-bench-%d", os.Getpid()), c.n, c.rate, c.duration)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("throughput: floor done in %s: %d signals, %d local activities, %d repeated, %d signal calls failed %q, %d workflows left unterminated\n",
+			time.Since(t).Round(time.Millisecond), fl.Sent, fl.Accepted, fl.Repeated, fl.SignalErrors, fl.SignalErrorSample, fl.Unterminated)
+	}
+
 	srv := chaosmcp.New(chaosmcp.Options{Name: "bench", Version: "1"})
 	defer srv.Close()
-	for i := 0; i < n; i++ {
+	for i := 0; i < c.n; i++ {
 		srv.Set(uriOf(i), "r0", "text/plain")
 	}
 	h, err := srv.StartHTTP("127.0.0.1:0")
@@ -68,65 +217,31 @@ func run(ctx context.Context, n int, rate float64, duration, baselineDur time.Du
 	if _, err := st.MustCLI(ctx, "source", "add", "bench", "--url", h.URL, "--backstop", "10m"); err != nil {
 		return err
 	}
-	fmt.Printf("stack up in %s; subscribing %d resources\n", time.Since(start).Round(time.Millisecond), n)
 	t0 := time.Now()
-	for i := 0; i < n; i++ {
-		if _, err := st.MustCLI(ctx, "subscribe", "bench", uriOf(i), "--wait", "0"); err != nil {
-			return err
-		}
-	}
-	if err := waitActive(ctx, st.Store, n); err != nil {
+	if err := subscribeAll(ctx, st, c.n); err != nil {
 		return err
 	}
-	fmt.Printf("%d subscriptions ACTIVE with their first version in %s\n", n, time.Since(t0).Round(time.Millisecond))
+	if err := waitActive(ctx, st, c.n); err != nil {
+		return err
+	}
+	fmt.Printf("throughput: %d subscriptions ACTIVE with their first version in %s\n", c.n, time.Since(t0).Round(time.Millisecond))
 
-	rawRate, rawP50, rawP99, err := rawReadLoop(ctx, h.URL, n, baselineDur)
+	rawRate, rawP50, rawP99, err := rawReadLoop(ctx, h.URL, c.n, c.baseline)
 	if err != nil {
 		return err
 	}
 
-	// Measurement: mutate at a fixed rate; a tail of the outbox records when each digest was
-	// accepted (the outbox row's commit-side timestamp).
 	head, err := st.Store.OutboxHead(ctx)
 	if err != nil {
 		return err
 	}
-	type key struct{ uri, digest string }
-	var mu sync.Mutex
-	mutated := map[key]time.Time{}
-	latest := map[string]key{}
-	accepted := map[key]time.Time{}
+	tl := newTail()
 	tailCtx, stopTail := context.WithCancel(ctx)
 	defer stopTail()
-	tailDone := make(chan error, 1)
-	go func() {
-		cur := head
-		for {
-			rows, _, err := st.Store.OutboxBatch(tailCtx, cur, 1000)
-			if err != nil {
-				tailDone <- nil
-				return
-			}
-			mu.Lock()
-			for _, r := range rows {
-				cur = r.Cursor
-				if r.Kind == "version" {
-					accepted[key{r.URI, r.Digest}] = r.CreatedAt
-				}
-			}
-			mu.Unlock()
-			if len(rows) == 0 {
-				select {
-				case <-tailCtx.Done():
-					tailDone <- nil
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-		}
-	}()
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
+	go tl.run(tailCtx, st.Store, head)
+
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -135,110 +250,158 @@ func run(ctx context.Context, n int, rate float64, duration, baselineDur time.Du
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	interval := time.Duration(float64(time.Second) / rate)
-	mStart := time.Now()
-	next := mStart
-	count := 0
-	for time.Since(mStart) < duration {
-		i := rng.IntN(n)
-		body := fmt.Sprintf("update %d of %s", count, uriOf(i))
-		k := key{uriOf(i), ledger.Digest([]byte(body))}
-		mu.Lock()
-		mutated[k] = time.Now()
-		latest[k.uri] = k
-		mu.Unlock()
-		srv.Set(k.uri, body, "text/plain")
-		count++
-		next = next.Add(interval)
-		if d := time.Until(next); d > 0 {
-			time.Sleep(d)
-		}
+	m := &mutator{srv: srv, tail: tl, n: c.n, rng: rand.New(rand.NewPCG(1, 2))}
+	e2e, err := m.measure(ctx, st, c.rate, c.duration, time.Minute)
+	if err != nil {
+		return err
 	}
-	mDur := time.Since(mStart)
-	// Wait until every resource's last content is accepted (convergence), at most a minute.
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		mu.Lock()
-		done := true
-		for _, k := range latest {
-			if _, ok := accepted[k]; !ok {
-				done = false
-				break
-			}
-		}
-		mu.Unlock()
-		if done {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	if c.cpuProfile != "" {
+		pprof.StopCPUProfile()
 	}
-	stopTail()
-	<-tailDone
+	fmt.Printf("throughput: mcpsync at %.0f/s: %d mutations, %d accepted, %d superseded, %d never accepted\n",
+		c.rate, e2e.sent, e2e.accepted, e2e.superseded, e2e.missing)
 
-	mu.Lock()
-	defer mu.Unlock()
-	var lat []time.Duration
-	var lastAccept time.Time
-	superseded, missing := 0, 0
-	for k, at := range mutated {
-		acc, ok := accepted[k]
-		switch {
-		case ok:
-			lat = append(lat, acc.Sub(at))
-			if acc.After(lastAccept) {
-				lastAccept = acc
-			}
-		case latest[k.uri] != k:
-			superseded++ // a later mutation of the same resource was accepted instead (coalesced)
-		default:
-			missing++
+	// Saturation: the highest offered rate with p99 <= 1 s, stepping by 1.5x from -rate.
+	var sat saturation
+	if c.step > 0 && c.steps > 0 {
+		sat, err = m.saturate(ctx, st, c.rate, e2e, c.step, c.steps)
+		if err != nil {
+			return err
 		}
 	}
-	slices.Sort(lat)
-	pct := func(p float64) time.Duration {
-		if len(lat) == 0 {
-			return 0
+
+	// History events and workflow tasks per accepted update, on a sample of workflows.
+	e2eH, e2eUpdates, err := e2eHistory(ctx, st, tl, e2e, c.sample)
+	if err != nil {
+		return err
+	}
+	var flH floor.History
+	flUpdates := 0
+	if !c.noFloor {
+		flH, flUpdates, err = floorHistory(ctx, st, fl, c.sample)
+		if err != nil {
+			return err
 		}
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 	}
 	var reads int64
 	if err := st.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches WHERE reason = 'notification'`).Scan(&reads); err != nil {
 		return err
 	}
 	notes := int64(srv.Stats().UpdatesSent)
-	span := lastAccept.Sub(mStart)
-	if span < mDur {
-		span = mDur
+
+	n := c.n
+	name := func(s string) string { return fmt.Sprintf("%s-%d", s, n) }
+	fig := func(nm string, v float64, unit string) benchline.Figure {
+		return benchline.Figure{Name: nm, Value: v, Unit: unit}
 	}
-	fmt.Println()
-	fmt.Printf("%-52s %14s\n", "measure", "value")
-	fmt.Printf("%-52s %14.0f\n", "baseline: raw go-sdk reads/s (1 client, same server)", rawRate)
-	fmt.Printf("%-52s %14s\n", "baseline: raw read latency p50 / p99", fmt.Sprintf("%s / %s", rawP50.Round(10*time.Microsecond), rawP99.Round(10*time.Microsecond)))
-	fmt.Printf("%-52s %14d\n", "subscriptions", n)
-	fmt.Printf("%-52s %14d\n", "mutations sent", count)
-	fmt.Printf("%-52s %14.1f\n", "mutation rate offered (/s)", float64(count)/mDur.Seconds())
-	fmt.Printf("%-52s %14d\n", "accepted with exact content", len(lat))
-	fmt.Printf("%-52s %14d\n", "superseded by a later mutation (coalesced)", superseded)
-	fmt.Printf("%-52s %14d\n", "never accepted", missing)
-	fmt.Printf("%-52s %14.1f\n", "end-to-end accepted updates/s", float64(len(lat))/span.Seconds())
-	fmt.Printf("%-52s %14s\n", "mutation → accepted version p50", pct(0.50).Round(time.Millisecond))
-	fmt.Printf("%-52s %14s\n", "mutation → accepted version p99", pct(0.99).Round(time.Millisecond))
-	fmt.Printf("%-52s %14s\n", "mutation → accepted version max", pct(1).Round(time.Millisecond))
-	fmt.Printf("%-52s %14.3f\n", "reads per notification (whole run)", float64(reads)/float64(max(notes, 1)))
-	fmt.Printf("%-52s %14s\n", "goal", ">= 150 updates/s, p99 <= 250 ms")
+	out := os.Stdout
+	fmt.Fprintln(out)
+	benchline.Print(out, fig(name("e2e-offered"), e2e.offered, "/s"))
+	if !c.noFloor {
+		benchline.PrintVs(out, fig(name("e2e-accepted"), e2e.perSec, "/s"), fig(name("floor-accepted"), fl.AcceptedPerSec, "/s"))
+		benchline.PrintVs(out, fig(name("e2e-p50"), ms(e2e.p50), "ms"), fig(name("floor-p50"), ms(fl.P50All), "ms"))
+		benchline.PrintVs(out, fig(name("e2e-p99"), ms(e2e.p99), "ms"), fig(name("floor-p99"), ms(fl.P99All), "ms"))
+		benchline.Print(out, fig(name("floor-offered"), fl.Offered, "/s"))
+		benchline.Print(out, fig(name("floor-never-accepted"), float64(fl.Missing), "signals"))
+		benchline.Print(out, fig(name("floor-signal-errors"), float64(fl.SignalErrors), "signals"))
+	} else {
+		benchline.Print(out, fig(name("e2e-accepted"), e2e.perSec, "/s"))
+		benchline.Print(out, fig(name("e2e-p50"), ms(e2e.p50), "ms"))
+		benchline.Print(out, fig(name("e2e-p99"), ms(e2e.p99), "ms"))
+	}
+	benchline.Print(out, fig(name("e2e-max"), ms(e2e.max), "ms"))
+	benchline.Print(out, fig(name("e2e-superseded"), float64(e2e.superseded), "mutations"))
+	benchline.Print(out, fig(name("e2e-never-accepted"), float64(e2e.missing), "mutations"))
+	benchline.Print(out, fig("raw-reads", rawRate, "/s"))
+	benchline.Print(out, fig("raw-read-p50", ms(rawP50), "ms"))
+	benchline.Print(out, fig("raw-read-p99", ms(rawP99), "ms"))
+	evPer := perUpdate(e2eH.Events, e2eUpdates)
+	wftPer := perUpdate(e2eH.WorkflowTasks, e2eUpdates)
+	if !c.noFloor {
+		benchline.PrintVs(out, fig("e2e-history-events-per-update", evPer, "events"), fig("floor-history-events-per-update", perUpdate(flH.Events, flUpdates), "events"))
+		benchline.PrintVs(out, fig("e2e-workflow-tasks-per-update", wftPer, "tasks"), fig("floor-workflow-tasks-per-update", perUpdate(flH.WorkflowTasks, flUpdates), "tasks"))
+	} else {
+		benchline.Print(out, fig("e2e-history-events-per-update", evPer, "events"))
+		benchline.Print(out, fig("e2e-workflow-tasks-per-update", wftPer, "tasks"))
+	}
+	benchline.Print(out, fig("e2e-reads-per-notification", float64(reads)/float64(max(notes, 1)), ""))
+	if c.step > 0 && c.steps > 0 {
+		benchline.Print(out, fig(name("e2e-saturation"), sat.best, "/s"))
+		fmt.Printf("throughput: saturation (p99 <= %s) steps: %s\n", saturationP99, sat.describe())
+	}
+	fmt.Printf("throughput: history counted on %d mcpsync workflows (%d accepted updates) and %d floor workflows (%d updates)\n",
+		min(c.sample, n), e2eUpdates, min(c.sample, n), flUpdates)
+	fmt.Printf("throughput: goal: e2e-accepted >= 150/s at offered 150/s, p99 <= 250 ms, ratio to floor >= 0.7, 1 workflow task per update\n")
 	return nil
 }
 
-func waitActive(ctx context.Context, st *ledger.Store, n int) error {
+func ledgerKind(admin string) string {
+	if admin == "" {
+		return "private PostgreSQL cluster (fsync on)"
+	}
+	return "given PostgreSQL server"
+}
+
+func ms(d time.Duration) float64 {
+	if d == infinite {
+		return math.Inf(1)
+	}
+	return float64(d) / float64(time.Millisecond)
+}
+
+func perUpdate(count, updates int) float64 {
+	if updates == 0 {
+		return math.NaN()
+	}
+	return float64(count) / float64(updates)
+}
+
+// subscribeAll subscribes uriOf(0..n-1) through the CLI, eight calls at a time.
+func subscribeAll(ctx context.Context, st *localstack.Stack, n int) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if _, err := st.MustCLI(ctx, "subscribe", "bench", uriOf(i), "--wait", "0"); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}()
+	}
+feed:
+	for i := 0; i < n; i++ {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+func waitActive(ctx context.Context, st *localstack.Stack, n int) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		var active int
-		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM subscriptions WHERE state = 'ACTIVE' AND last_accepted_ordinal > 0`).Scan(&active); err != nil {
+		if err := st.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM subscriptions WHERE state = 'ACTIVE' AND last_accepted_ordinal > 0`).Scan(&active); err != nil {
 			return err
 		}
 		if active == n {
 			return nil
+		}
+		if exited, log := st.WorkerExited(); exited {
+			return fmt.Errorf("the worker process exited; its log: %s", log)
 		}
 		select {
 		case <-ctx.Done():
@@ -247,6 +410,276 @@ func waitActive(ctx context.Context, st *ledger.Store, n int) error {
 		}
 	}
 	return fmt.Errorf("subscriptions not all ACTIVE within 5 minutes")
+}
+
+// key is one mutation: a resource and the digest of the body it was set to.
+type key struct{ uri, digest string }
+
+// tail follows the outbox and records when each (uri, digest) was accepted (the outbox row's
+// timestamp).
+type tail struct {
+	mu       sync.Mutex
+	accepted map[key]time.Time
+}
+
+func newTail() *tail { return &tail{accepted: map[key]time.Time{}} }
+
+func (t *tail) run(ctx context.Context, st *ledger.Store, cur ledger.OutboxCursor) {
+	for {
+		rows, _, err := st.OutboxBatch(ctx, cur, 1000)
+		if err != nil {
+			return
+		}
+		t.mu.Lock()
+		for _, r := range rows {
+			cur = r.Cursor
+			if r.Kind == "version" {
+				t.accepted[key{r.URI, r.Digest}] = r.CreatedAt
+			}
+		}
+		t.mu.Unlock()
+		if len(rows) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}
+
+func (t *tail) at(k key) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.accepted[k]
+	return at, ok
+}
+
+// infinite stands for the latency of a mutation never accepted.
+const infinite = floor.Never
+
+// e2eResult is one measurement of mcpsync at an offered rate.
+type e2eResult struct {
+	rate                          float64
+	sent                          int
+	offered                       float64
+	accepted, superseded, missing int
+	perSec                        float64
+	p50, p99, max                 time.Duration
+	start, end                    time.Time
+	converged                     bool
+	acceptedInWindow              map[string]int // per URI
+}
+
+func (r e2eResult) ok() bool { return r.converged && r.p99 <= saturationP99 }
+
+type mutator struct {
+	srv   *chaosmcp.Server
+	tail  *tail
+	n     int
+	rng   *rand.Rand
+	count int
+	// latest is each resource's last mutation (kept across measurements).
+	latest map[string]key
+}
+
+// measure mutates random resources at rate for d, then waits at most drain until every
+// resource's last content is accepted. A mutation never accepted counts as infinite latency; one
+// a later mutation of the same resource replaced before acceptance counts as superseded.
+func (m *mutator) measure(ctx context.Context, st *localstack.Stack, rate float64, d, drain time.Duration) (e2eResult, error) {
+	if m.latest == nil {
+		m.latest = map[string]key{}
+	}
+	mutated := map[key]time.Time{}
+	interval := time.Duration(float64(time.Second) / rate)
+	res := e2eResult{rate: rate, start: time.Now()}
+	next := res.start
+	for time.Since(res.start) < d && ctx.Err() == nil {
+		i := m.rng.IntN(m.n)
+		body := fmt.Sprintf("update %d of %s", m.count, uriOf(i))
+		k := key{uriOf(i), ledger.Digest([]byte(body))}
+		mutated[k] = time.Now()
+		m.latest[k.uri] = k
+		m.srv.Set(k.uri, body, "text/plain")
+		m.count++
+		res.sent++
+		next = next.Add(interval)
+		if w := time.Until(next); w > 0 {
+			time.Sleep(w)
+		}
+	}
+	phase := time.Since(res.start)
+	res.offered = float64(res.sent) / phase.Seconds()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	var err error
+	if res.converged, err = m.settle(ctx, st, drain); err != nil {
+		return res, err
+	}
+	res.end = time.Now()
+	var lat []time.Duration
+	last := res.start
+	res.acceptedInWindow = map[string]int{}
+	for k, at := range mutated {
+		acc, ok := m.tail.at(k)
+		switch {
+		case ok:
+			lat = append(lat, acc.Sub(at))
+			res.accepted++
+			res.acceptedInWindow[k.uri]++
+			if acc.After(last) {
+				last = acc
+			}
+		case m.latest[k.uri] != k:
+			res.superseded++ // a later mutation of the same resource was accepted instead (coalesced)
+		default:
+			res.missing++
+			lat = append(lat, infinite)
+		}
+	}
+	res.perSec = float64(res.accepted) / max(phase, last.Sub(res.start)).Seconds()
+	res.p50, res.p99, res.max = floor.Percentile(lat, 0.5), floor.Percentile(lat, 0.99), floor.Percentile(lat, 1)
+	return res, nil
+}
+
+// settle waits at most d until every resource's last content is accepted and reports whether
+// it was.
+func (m *mutator) settle(ctx context.Context, st *localstack.Stack, d time.Duration) (bool, error) {
+	deadline := time.Now().Add(d)
+	for {
+		done := true
+		for _, k := range m.latest {
+			if _, ok := m.tail.at(k); !ok {
+				done = false
+				break
+			}
+		}
+		if done {
+			return true, nil
+		}
+		if exited, log := st.WorkerExited(); exited {
+			return false, fmt.Errorf("the worker process exited; its log: %s", log)
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+type saturation struct {
+	best  float64 // highest offered rate that met the bound (0: none did)
+	tried []e2eResult
+}
+
+func (s saturation) describe() string {
+	var parts []string
+	for _, r := range s.tried {
+		verdict := "ok"
+		if !r.ok() {
+			verdict = "over"
+		}
+		p99 := fmt.Sprint(r.p99.Round(time.Millisecond))
+		if r.p99 == infinite {
+			p99 = "inf (not all accepted)"
+		}
+		parts = append(parts, fmt.Sprintf("%.0f/s → accepted %.0f/s p99 %s %s", r.offered, r.perSec, p99, verdict))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// saturate steps the offered rate up by 1.5x from rate while p99 <= 1 s (down by 1.5x while it
+// is over), first is the measurement at rate, each step lasts step, at most steps steps.
+func (m *mutator) saturate(ctx context.Context, st *localstack.Stack, rate float64, first e2eResult, step time.Duration, steps int) (saturation, error) {
+	s := saturation{tried: []e2eResult{first}}
+	up := first.ok()
+	if up {
+		s.best = first.offered
+	}
+	cur := rate
+	for range steps {
+		if up {
+			cur *= 1.5
+		} else {
+			cur /= 1.5
+		}
+		r, err := m.measure(ctx, st, cur, step, 30*time.Second)
+		if err != nil {
+			return s, err
+		}
+		s.tried = append(s.tried, r)
+		fmt.Printf("throughput: saturation step at %.0f/s: accepted %.0f/s, p99 %s\n", r.offered, r.perSec, r.p99.Round(time.Millisecond))
+		if r.ok() {
+			s.best = max(s.best, r.offered)
+			if !up {
+				break
+			}
+		} else if up {
+			break
+		}
+		if !r.converged {
+			// A backlog would spoil the next step: give it time to clear.
+			if _, err := m.settle(ctx, st, time.Minute); err != nil {
+				return s, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// e2eHistory counts the history of a sample of subscription workflows over r's window and the
+// updates accepted for them in it.
+func e2eHistory(ctx context.Context, st *localstack.Stack, tl *tail, r e2eResult, sample int) (floor.History, int, error) {
+	rows, err := st.Store.Pool().Query(ctx, `SELECT uri, workflow_id FROM subscriptions WHERE state = 'ACTIVE' ORDER BY uri`)
+	if err != nil {
+		return floor.History{}, 0, err
+	}
+	type sub struct{ uri, wf string }
+	var subs []sub
+	for rows.Next() {
+		var s sub
+		if err := rows.Scan(&s.uri, &s.wf); err != nil {
+			return floor.History{}, 0, err
+		}
+		subs = append(subs, s)
+	}
+	if err := rows.Err(); err != nil {
+		return floor.History{}, 0, err
+	}
+	rand.New(rand.NewPCG(3, 4)).Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
+	subs = subs[:min(sample, len(subs))]
+	var total floor.History
+	updates := 0
+	for _, s := range subs {
+		h, err := floor.CountHistory(ctx, st.Client, s.wf, r.start, r.end)
+		if err != nil {
+			return floor.History{}, 0, err
+		}
+		total = total.Add(h)
+		updates += r.acceptedInWindow[s.uri]
+	}
+	return total, updates, nil
+}
+
+// floorHistory counts the history of a sample of the floor's workflows over its window.
+func floorHistory(ctx context.Context, st *localstack.Stack, r floor.Result, sample int) (floor.History, int, error) {
+	idx := rand.New(rand.NewPCG(5, 6)).Perm(len(r.WorkflowIDs))[:min(sample, len(r.WorkflowIDs))]
+	var total floor.History
+	updates := 0
+	for _, i := range idx {
+		h, err := floor.CountHistory(ctx, st.Client, r.WorkflowIDs[i], r.Start, r.Start.Add(r.Span))
+		if err != nil {
+			return floor.History{}, 0, err
+		}
+		total = total.Add(h)
+		updates += r.PerWorkflow[i]
+	}
+	return total, updates, nil
 }
 
 // rawReadLoop reads resources sequentially with one go-sdk client session for d.

@@ -1,7 +1,10 @@
 // Command mcpsync-dev runs everything mcpsync needs on one machine, in one process: a Temporal
-// server (SQLite under --data-dir) with its Web UI, and — unless DATABASE_URL is set — a
-// private PostgreSQL cluster under --data-dir/pg started from the machine's PostgreSQL
-// binaries. It prints one "mcpsync-dev ready: ..." line when everything answers and writes the
+// server with its Web UI, and — unless DATABASE_URL is set — a private PostgreSQL cluster
+// under --data-dir/pg started from the machine's PostgreSQL binaries. Temporal keeps its state
+// where --temporal-persistence (or MCPSYNC_TEMPORAL_PERSISTENCE) says: "sqlite" (the
+// default) in a SQLite file under --data-dir; "postgres" in the databases temporal and
+// temporal_visibility of that PostgreSQL server, created when missing. Both are durable
+// (issue 16 item 2; bench/persistence measures them). It prints one "mcpsync-dev ready: ..." line when everything answers and writes the
 // same facts to <data-dir>/dev.env as shell KEY=VALUE lines (TEMPORAL_ADDRESS, DATABASE_URL,
 // TEMPORAL_UI, TEMPORAL_NAMESPACE, and TEMPORAL_TLS_CA when --tls-cert, --tls-key and --tls-ca
 // make the frontend serve TLS), mode 0600: the private cluster trusts nobody, and its
@@ -58,7 +61,14 @@ func run() int {
 	tlsCert := fs.String("tls-cert", "", "serve the Temporal frontend over TLS with this PEM certificate (with --tls-key and --tls-ca)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	tlsCA := fs.String("tls-ca", "", "PEM file of the CA that signed --tls-cert; dev.env names it as TEMPORAL_TLS_CA")
+	persistenceFlag := fs.String("temporal-persistence", envOr("MCPSYNC_TEMPORAL_PERSISTENCE", string(defaultPersistence)),
+		"where Temporal keeps its state: postgres (databases temporal and temporal_visibility on the PostgreSQL server) or sqlite (a file under --data-dir)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	persistence, err := devtemporal.ParsePersistence(*persistenceFlag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcpsync-dev: bad --temporal-persistence:", err)
 		return 2
 	}
 	serverTLS, err := frontendTLS(*tlsCert, *tlsKey, *tlsCA)
@@ -114,6 +124,9 @@ func run() int {
 			Port:     *pgPort,
 			Logger:   log.Named("pg"),
 			Password: password,
+			// Room for Temporal's connection pools (four services, two stores) beside the
+			// worker's and the CLI's.
+			Settings: map[string]string{"max_connections": "200"},
 		})
 		if err != nil {
 			return fail(err)
@@ -122,8 +135,24 @@ func run() int {
 		databaseURL = pg.URL()
 	}
 
+	var temporalPG *devtemporal.Postgres
+	if persistence == devtemporal.PersistencePostgres {
+		// Temporal's databases sit beside the ledger's, on the same server; the private
+		// cluster's admin database is where they are created.
+		admin := databaseURL
+		if pg != nil {
+			admin = pg.AdminURL()
+		}
+		temporalPG = &devtemporal.Postgres{URL: admin}
+		if _, err := os.Stat(filepath.Join(*dataDir, devtemporal.DatabaseFileName)); err == nil {
+			fmt.Fprintf(os.Stderr, "mcpsync-dev: note: Temporal state now lives in PostgreSQL; the earlier SQLite state in %s is not used (--temporal-persistence sqlite uses it)\n",
+				filepath.Join(*dataDir, devtemporal.DatabaseFileName))
+		}
+	}
 	tmp, err := devtemporal.Start(ctx, devtemporal.Options{
 		DataDir:        *dataDir,
+		Persistence:    persistence,
+		Postgres:       temporalPG,
 		Host:           host,
 		FrontendPort:   *frontendPort,
 		UIPort:         *uiPort,
@@ -131,6 +160,9 @@ func run() int {
 		ServerLogLevel: level,
 		TLS:            serverTLS,
 	})
+	if err != nil && temporalPG != nil && pg == nil {
+		return fail(fmt.Errorf("%w (Temporal's databases go on DATABASE_URL's server, which needs CREATEDB for that; or use --temporal-persistence sqlite)", err))
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -156,7 +188,7 @@ func run() int {
 	defer os.Remove(envFile) // its facts end with this process
 
 	log.Info("started", zap.Duration("startup", time.Since(began)))
-	fmt.Printf("mcpsync-dev ready: temporal=%s ui=%s database=%s (full URL in %s)\n", tmp.FrontendAddress(), tmp.UIURL(), redact.DSN(databaseURL), envFile)
+	fmt.Printf("mcpsync-dev ready: temporal=%s (persistence %s) ui=%s database=%s (full URL in %s)\n", tmp.FrontendAddress(), persistence, tmp.UIURL(), redact.DSN(databaseURL), envFile)
 
 	var pgDone <-chan struct{}
 	if pg != nil {
@@ -175,6 +207,16 @@ func run() int {
 		stopSignals()
 		return fail(fmt.Errorf("PostgreSQL exited unexpectedly: %v", pg.ExitError()))
 	}
+}
+
+// defaultPersistence: devtemporal.DefaultPersistence (chosen by bench/persistence).
+const defaultPersistence = devtemporal.DefaultPersistence
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 func stopPostgres(pg *pgcluster.Cluster) {

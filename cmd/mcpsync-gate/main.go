@@ -32,13 +32,14 @@ func main() {
 	only := fs.String("only", "", "comma-separated sections to run (shuffles,discovery,storm,converge,revocation); the checker self-test and the invariants always run")
 	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
 	revocations := fs.Int("revocations", 1000, "principals revoked with reads in flight for the revocation latency (R29)")
+	stormResources := fs.Int("storm-resources", 50, "resources of the duplicate-notification storm (R27), each changed 10 times and notified 100 times per change")
 	logLevel := fs.String("log-level", "warn", "log level of the deployment's component logs")
 	logFile := fs.String("log-file", "", "file for the component logs of the deployment (empty: a new file in the temporary directory); the console shows only progress and the table")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
-	if fs.NArg() > 0 || *shuffles < 0 || *resources <= 0 || *revocations <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: mcpsync gate [--shuffles N] [--resources N] [--revocations N] [--only a,b] [--json] [--database URL]")
+	if fs.NArg() > 0 || *shuffles < 0 || *resources <= 0 || *revocations <= 0 || *stormResources <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: mcpsync gate [--shuffles N] [--resources N] [--revocations N] [--storm-resources N] [--only a,b] [--json] [--database URL]")
 		os.Exit(2)
 	}
 	log, path, closeLog, err := fileLogger(*logLevel, *logFile)
@@ -48,7 +49,7 @@ func main() {
 	}
 	defer closeLog()
 	fmt.Fprintf(os.Stderr, "gate: component logs: %s\n", path)
-	opts := gate.Options{AdminURL: *database, Progress: os.Stderr, Logger: log, Shuffles: *shuffles, ConvergeResources: *resources, Revocations: *revocations}
+	opts := gate.Options{AdminURL: *database, Progress: os.Stderr, Logger: log, Shuffles: *shuffles, ConvergeResources: *resources, Revocations: *revocations, StormResources: *stormResources}
 	if *only != "" {
 		opts.Only = strings.Split(*only, ",")
 		for _, s := range opts.Only {

@@ -17,7 +17,7 @@ func init() {
 // gate runs mcpsync-gate (built next to mcpsync; it embeds a whole deployment, so the CLI does
 // not carry it) with the same arguments, passing its output and exit code through.
 func gate(ctx context.Context, e *runEnv, args []string) error {
-	const usage = "mcpsync gate [--shuffles N] [--resources N] [--revocations N] [--only a,b] [--json] [--database URL] [--log-level L] [--log-file F]"
+	const usage = "mcpsync gate [--shuffles N] [--resources N] [--revocations N] [--storm-resources N] [--only a,b] [--json] [--database URL] [--log-level L] [--log-file F]"
 	// The flags of mcpsync-gate (cmd/mcpsync-gate; keep the two in step), declared here so
 	// that bad input is rejected with one line before a whole deployment starts. The section
 	// names of --only are checked by mcpsync-gate itself.
@@ -28,6 +28,7 @@ func gate(ctx context.Context, e *runEnv, args []string) error {
 	fs.String("only", "", "comma-separated sections to run (shuffles,discovery,storm,converge,revocation); the invariants always run")
 	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
 	revocations := fs.Int("revocations", 1000, "principals revoked with reads in flight for the revocation latency (R29)")
+	stormResources := fs.Int("storm-resources", 50, "resources of the duplicate-notification storm (R27)")
 	fs.String("log-level", "warn", "log level of the deployment's component logs")
 	fs.String("log-file", "", "file for the deployment's component logs (empty: a new temporary file, named on the console)")
 	if _, err := parse(fs, args, usage); err != nil {
@@ -41,6 +42,9 @@ func gate(ctx context.Context, e *runEnv, args []string) error {
 	}
 	if *revocations <= 0 {
 		return usageErr("--revocations must be positive, got %d", *revocations)
+	}
+	if *stormResources <= 0 {
+		return usageErr("--storm-resources must be positive, got %d", *stormResources)
 	}
 	path, err := gateBinary()
 	if err != nil {

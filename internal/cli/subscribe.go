@@ -21,24 +21,14 @@ import (
 )
 
 func init() {
-	register(command{"subscribe", "SOURCE URI [--principal P] [--wait 20s] [--json]: subscribe (idempotent) and wait until ACTIVE", subscribe})
+	register(command{"subscribe", "SOURCE URI [URI...] [--uris-file F] [--parallel 16] [--window 200] [--principal P] [--wait 20s] [--json]: subscribe (idempotent) and wait until ACTIVE; many URIs at once with a summary", subscribe})
 	register(command{"unsubscribe", "SOURCE URI [--principal P] [--wait 20s] [--json]: pass the close fence and unsubscribe", unsubscribe})
 	register(command{"status", "[SOURCE [URI]] [--principal P] [--json]: state, generations, ordinals, digest of subscriptions", status})
 }
 
-func subscribe(ctx context.Context, e *runEnv, args []string) error {
-	const usage = "mcpsync subscribe SOURCE URI [--principal P] [--wait 20s] [--json]"
-	fs := flag.NewFlagSet("subscribe", flag.ContinueOnError)
-	principal := fs.String("principal", "default", "principal the subscription is for")
-	wait := fs.Duration("wait", 20*time.Second, "how long to wait for ACTIVE (0: do not wait)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	t, err := parseTarget(fs, args, usage, principal)
-	if err != nil {
-		return err
-	}
-	if err := nonNegative("wait", *wait); err != nil {
-		return err
-	}
+// subscribeOne subscribes one URI (the single-URI form of mcpsync subscribe) and waits up to
+// wait for it to become ACTIVE.
+func subscribeOne(ctx context.Context, e *runEnv, t subTarget, principal *string, wait *time.Duration, asJSON *bool) error {
 	norm := t.uri
 	st, src, err := e.storeSource(ctx, t.source)
 	if err != nil {

@@ -122,7 +122,8 @@ func scanCatalog(row pgx.Row) (Catalog, error) {
 // INSERT: the catalog is published invalidated (integrity consumers refuse it) with nextCheckAt
 // now, so that no catalog a list_changed overtook is ever served as valid (R3, R6). A refused
 // level returns a *ProofRefusal (errors.Is ErrProofRefused). Replaying a published key returns
-// the stored catalog.
+// the stored catalog. A basis round (or the entries round of a RECONCILIATION_REQUIRED
+// catalog) whose entries are still being stored (EndScanDeferred) is waited for first.
 func (s *Store) PublishCatalog(ctx context.Context, req PublishRequest) (Catalog, error) {
 	if req.Key == "" || !req.Level.Valid() || req.Recheck <= 0 {
 		return Catalog{}, fmt.Errorf("ledger: publish catalog %q level %q recheck %s: %w", req.Key, req.Level, req.Recheck, ErrInvalid)
@@ -139,7 +140,12 @@ func (s *Store) PublishCatalog(ctx context.Context, req PublishRequest) (Catalog
 		if req.EntriesScanID != 0 {
 			entries = &req.EntriesScanID
 		}
-		err = s.pool.QueryRow(ctx, `
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			// A round whose entries are still being stored (EndScanDeferred) is waited for.
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM discovery_scans WHERE id = $1 FOR SHARE`, entries); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `
 			INSERT INTO catalogs (catalog_key, source_id, session_generation, scan_workflow_id,
 				proof_level, reason, rounds_used, entries_scan_id, set_digest, resource_count,
 				template_count, measured_at, staleness_bound, next_check_at)
@@ -150,7 +156,8 @@ func (s *Store) PublishCatalog(ctx context.Context, req PublishRequest) (Catalog
 			WHERE so.id = $2
 			ON CONFLICT (catalog_key) DO NOTHING
 			RETURNING id`, req.Key, req.SourceID, req.SessionGeneration, req.ScanWorkflowID,
-			req.Reason, req.RoundsUsed, entries, req.Recheck.Seconds()).Scan(&id)
+				req.Reason, req.RoundsUsed, entries, req.Recheck.Seconds()).Scan(&id)
+		})
 	} else {
 		if len(req.BasisScanIDs) != 2 {
 			return Catalog{}, &ProofRefusal{Level: req.Level, Reason: "two rounds are required (R24)"}
@@ -162,6 +169,11 @@ func (s *Store) PublishCatalog(ctx context.Context, req PublishRequest) (Catalog
 			// snapshot) compares with round A's; one recorded after waits for this commit and
 			// then invalidates the catalog it finds.
 			if _, err := tx.Exec(ctx, `SELECT 1 FROM sources WHERE id = $1 FOR SHARE`, req.SourceID); err != nil {
+				return err
+			}
+			// Rounds whose entries are still being stored (EndScanDeferred) are waited for, so
+			// the INSERT's new snapshot sees where their entries are.
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM discovery_scans WHERE id = ANY ($1) FOR SHARE`, req.BasisScanIDs); err != nil {
 				return err
 			}
 			return tx.QueryRow(ctx, publishBasisSQL, req.Key, req.SourceID, req.ScanWorkflowID, string(req.Level), req.Reason,
@@ -208,6 +220,7 @@ const publishBasisSQL = `
 			  AND a.scan_run = b.scan_run AND b.round = a.round + 1
 			  AND a.session_generation = b.session_generation
 			  AND a.outcome = 'COMPLETE' AND b.outcome = 'COMPLETE' AND b.started_at >= a.ended_at
+			  AND b.entries_scan_id IS NOT NULL
 			  AND a.set_digest = b.set_digest AND a.duplicate_count = 0 AND b.duplicate_count = 0
 			  AND a.list_changed_observed = 0 AND b.list_changed_observed = 0
 			  AND ($4 = 'SNAPSHOT_UNPROVEN' OR (
@@ -241,6 +254,8 @@ func (s *Store) explainBasis(ctx context.Context, req PublishRequest) string {
 		return "rounds on different session generations"
 	case a.Outcome != ScanComplete || b.Outcome != ScanComplete:
 		return "a round did not complete"
+	case b.EntriesScanID == nil:
+		return "round B's entries were not stored"
 	case a.EndedAt == nil || b.StartedAt.Before(*a.EndedAt):
 		return "rounds overlap"
 	case a.SetDigest != b.SetDigest:

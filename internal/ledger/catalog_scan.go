@@ -126,59 +126,182 @@ type ScanEntry struct {
 // failure and what it saw until then. Only a RUNNING row ends; otherwise ErrStaleScan. The
 // entries are written only if no earlier complete round of the source listed the same set
 // (same set digest): then the round points at that round's entries, so re-checking an
-// unchanged catalog writes no entries at all. Every server-supplied string (names, MIME types,
-// template URIs, failure text, snapshot IDs) is stored through SafeText.
+// unchanged catalog writes no entries at all. An earlier round of that set whose entries are
+// still being stored (EndScanDeferred) is waited for, so its entries are found. Every
+// server-supplied string (names, MIME types, template URIs, failure text, snapshot IDs) is
+// stored through SafeText.
 func (s *Store) EndScan(ctx context.Context, end ScanEnd, entries []ScanEntry) (time.Time, error) {
-	complete := end.FailureKind == ""
-	// Failure texts and snapshot IDs come from the server: store them escaped (SafeText).
-	end.Failure, end.SnapshotID, end.SnapshotIDs = SafeText(end.Failure), SafeText(end.SnapshotID), SafeTexts(end.SnapshotIDs)
-	if complete && end.SetDigest == "" {
-		return time.Time{}, fmt.Errorf("ledger: end scan %d: complete round without set digest: %w", end.ScanID, ErrInvalid)
+	complete, err := end.check()
+	if err != nil {
+		return time.Time{}, err
 	}
 	var ended time.Time
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		outcome, kind, failure, digest := ScanComplete, (*string)(nil), (*string)(nil), &end.SetDigest
-		if !complete {
-			outcome, kind, failure, digest = ScanFailed, &end.FailureKind, &end.Failure, nil
-		}
-		var snapshot *string
-		if end.SnapshotID != "" {
-			snapshot = &end.SnapshotID
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if complete {
+			if err := awaitPendingEntries(ctx, tx, end); err != nil {
+				return err
+			}
 		}
 		var stored *int64
-		err := tx.QueryRow(ctx, `UPDATE discovery_scans me SET outcome = $2, failure_kind = $3, failure = $4,
-				ended_at = clock_timestamp(), resource_pages = $5, template_pages = $6,
-				resource_count = $7, template_count = $8, duplicate_count = $9,
-				resource_cursor_digests = $10, template_cursor_digests = $11, set_digest = $12,
-				snapshot_ids = $13, snapshot_pages = $14, snapshot_id = $15,
-				list_changed_after = $16, list_changed_observed = greatest($16 - list_changed_before, 0),
-				entries_scan_id = CASE WHEN $2 = 'COMPLETE' THEN coalesce(
-					(SELECT x.entries_scan_id FROM discovery_scans x
-					 WHERE x.source_id = me.source_id AND x.outcome = 'COMPLETE' AND x.set_digest = $12
-					   AND x.entries_scan_id IS NOT NULL
-					 ORDER BY x.id DESC LIMIT 1), me.id) END
-			WHERE me.id = $1 AND me.outcome = 'RUNNING'
-			RETURNING ended_at, entries_scan_id`, end.ScanID, outcome, kind, failure,
-			end.Progress.ResourcePages, end.Progress.TemplatePages, end.Progress.Resources,
-			end.Progress.Templates, end.Duplicates, nonNil(end.ResourceCursorDigests),
-			nonNil(end.TemplateCursorDigests), digest, nonNil(end.SnapshotIDs), end.SnapshotPages,
-			snapshot, end.ListChangedAfter).Scan(&ended, &stored)
-		if err == pgx.ErrNoRows {
-			return fmt.Errorf("scan %d: %w", end.ScanID, ErrStaleScan)
+		var err error
+		if ended, stored, err = endScanRow(ctx, tx, end, true); err != nil {
+			return err
 		}
-		if err != nil || !complete || stored == nil || *stored != end.ScanID || len(entries) == 0 {
-			return err // failed, or the set is already stored under an earlier round
+		if !complete || stored == nil || *stored != end.ScanID || len(entries) == 0 {
+			return nil // failed, or the set is already stored under an earlier round
 		}
-		batches := entryBatches(end.ScanID, entries)
-		_, err = tx.CopyFrom(ctx, pgx.Identifier{"catalog_entry_batches"},
-			[]string{"scan_id", "batch", "kind", "uris", "server_uris", "names", "mime_types"},
-			pgx.CopyFromRows(batches))
-		return err
+		return copyEntries(ctx, tx, entryBatches(end.ScanID, entries))
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("ledger: end scan %d: %w", end.ScanID, err)
 	}
 	return ended, nil
+}
+
+// PendingEntries is a complete round's entries not yet stored (EndScanDeferred). Its
+// transaction holds the round's row lock, which every reader of the round's entries waits for
+// (a later round's EndScan, PublishCatalog); Store must be called once.
+type PendingEntries struct {
+	tx      pgx.Tx
+	scanID  int64
+	batches [][]any
+}
+
+// Store writes the entries and points the round at them (entries_scan_id), in the
+// transaction that holds the lock, and commits; on any error it rolls back and the round
+// stays COMPLETE without entries (entries_scan_id NULL): the next round of the same set then
+// stores them itself (EndScan), and no catalog is published on this round's entries.
+func (p *PendingEntries) Store(ctx context.Context) error {
+	err := copyEntries(ctx, p.tx, p.batches)
+	if err == nil {
+		_, err = p.tx.Exec(ctx, `UPDATE discovery_scans SET entries_scan_id = id WHERE id = $1 AND entries_scan_id IS NULL`, p.scanID)
+	}
+	if err == nil {
+		err = p.tx.Commit(ctx)
+	}
+	if err != nil {
+		_ = p.tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("ledger: store entries of scan %d: %w", p.scanID, err)
+	}
+	return nil
+}
+
+// EndScanDeferred records a round's end as EndScan does, but a complete round's entries, when
+// they must be stored (no earlier complete round of the source listed the same set), are left
+// to the returned PendingEntries, so that the caller can store them while the next round
+// pages (issue 16 item 5). When it returns, the round's end is committed and, if
+// PendingEntries is non-nil, its transaction already holds the round's row lock: a later
+// round's EndScan and PublishCatalog wait for Store before they read the round's entries.
+// With nothing to store it returns a nil PendingEntries.
+func (s *Store) EndScanDeferred(ctx context.Context, end ScanEnd, entries []ScanEntry) (time.Time, *PendingEntries, error) {
+	complete, err := end.check()
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	if !complete || len(entries) == 0 {
+		ended, err := s.EndScan(ctx, end, entries)
+		return ended, nil, err
+	}
+	var ended time.Time
+	var stored *int64
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := awaitPendingEntries(ctx, tx, end); err != nil {
+			return err
+		}
+		var err error
+		ended, stored, err = endScanRow(ctx, tx, end, false)
+		return err
+	})
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("ledger: end scan %d: %w", end.ScanID, err)
+	}
+	if stored != nil {
+		return ended, nil, nil // an earlier round holds the set
+	}
+	p := &PendingEntries{scanID: end.ScanID, batches: entryBatches(end.ScanID, entries)}
+	if p.tx, err = s.pool.BeginTx(ctx, readCommitted); err != nil {
+		return ended, nil, fmt.Errorf("ledger: end scan %d: store entries: %w", end.ScanID, err)
+	}
+	// FOR NO KEY UPDATE: what the entries' UPDATE takes; it blocks FOR SHARE readers and lets
+	// foreign keys (KEY SHARE) through.
+	if _, err := p.tx.Exec(ctx, `SELECT 1 FROM discovery_scans WHERE id = $1 FOR NO KEY UPDATE`, end.ScanID); err != nil {
+		_ = p.tx.Rollback(context.WithoutCancel(ctx))
+		return ended, nil, fmt.Errorf("ledger: end scan %d: lock for entries: %w", end.ScanID, err)
+	}
+	return ended, p, nil
+}
+
+// check validates a round's end and escapes its server-supplied strings; it reports whether
+// the round is complete.
+func (end *ScanEnd) check() (bool, error) {
+	complete := end.FailureKind == ""
+	// Failure texts and snapshot IDs come from the server: store them escaped (SafeText).
+	end.Failure, end.SnapshotID, end.SnapshotIDs = SafeText(end.Failure), SafeText(end.SnapshotID), SafeTexts(end.SnapshotIDs)
+	if complete && end.SetDigest == "" {
+		return false, fmt.Errorf("ledger: end scan %d: complete round without set digest: %w", end.ScanID, ErrInvalid)
+	}
+	return complete, nil
+}
+
+// awaitPendingEntries waits, inside tx, for every complete round of the same source and set
+// whose entries are still being stored (entries_scan_id NULL, its PendingEntries holding the
+// row lock), so that tx's next statement, with a new snapshot, finds them.
+func awaitPendingEntries(ctx context.Context, tx pgx.Tx, end ScanEnd) error {
+	_, err := tx.Exec(ctx, `SELECT 1 FROM discovery_scans x
+		WHERE x.source_id = (SELECT source_id FROM discovery_scans WHERE id = $1)
+		  AND x.id <> $1 AND x.outcome = 'COMPLETE' AND x.set_digest = $2 AND x.entries_scan_id IS NULL
+		FOR SHARE`, end.ScanID, end.SetDigest)
+	return err
+}
+
+// endScanRow ends a RUNNING round's row. A complete round points at the newest earlier
+// complete round of the source with the same set and stored entries, or else, when selfHolds,
+// at itself (its entries follow in the same transaction), or else at nothing (NULL: they
+// follow in PendingEntries). It returns the end time and entries_scan_id.
+func endScanRow(ctx context.Context, tx pgx.Tx, end ScanEnd, selfHolds bool) (time.Time, *int64, error) {
+	complete := end.FailureKind == ""
+	outcome, kind, failure, digest := ScanComplete, (*string)(nil), (*string)(nil), &end.SetDigest
+	if !complete {
+		outcome, kind, failure, digest = ScanFailed, &end.FailureKind, &end.Failure, nil
+	}
+	var snapshot *string
+	if end.SnapshotID != "" {
+		snapshot = &end.SnapshotID
+	}
+	var ended time.Time
+	var stored *int64
+	err := tx.QueryRow(ctx, `UPDATE discovery_scans me SET outcome = $2, failure_kind = $3, failure = $4,
+			ended_at = clock_timestamp(), resource_pages = $5, template_pages = $6,
+			resource_count = $7, template_count = $8, duplicate_count = $9,
+			resource_cursor_digests = $10, template_cursor_digests = $11, set_digest = $12,
+			snapshot_ids = $13, snapshot_pages = $14, snapshot_id = $15,
+			list_changed_after = $16, list_changed_observed = greatest($16 - list_changed_before, 0),
+			entries_scan_id = CASE WHEN $2 = 'COMPLETE' THEN coalesce(
+				(SELECT x.entries_scan_id FROM discovery_scans x
+				 WHERE x.source_id = me.source_id AND x.outcome = 'COMPLETE' AND x.set_digest = $12
+				   AND x.entries_scan_id IS NOT NULL
+				 ORDER BY x.id DESC LIMIT 1), CASE WHEN $17 THEN me.id END) END
+		WHERE me.id = $1 AND me.outcome = 'RUNNING'
+		RETURNING ended_at, entries_scan_id`, end.ScanID, outcome, kind, failure,
+		end.Progress.ResourcePages, end.Progress.TemplatePages, end.Progress.Resources,
+		end.Progress.Templates, end.Duplicates, nonNil(end.ResourceCursorDigests),
+		nonNil(end.TemplateCursorDigests), digest, nonNil(end.SnapshotIDs), end.SnapshotPages,
+		snapshot, end.ListChangedAfter, selfHolds).Scan(&ended, &stored)
+	if err == pgx.ErrNoRows {
+		return time.Time{}, nil, fmt.Errorf("scan %d: %w", end.ScanID, ErrStaleScan)
+	}
+	return ended, stored, err
+}
+
+// copyEntries writes entry batches (entryBatches) with COPY.
+func copyEntries(ctx context.Context, tx pgx.Tx, batches [][]any) error {
+	if len(batches) == 0 {
+		return nil
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"catalog_entry_batches"},
+		[]string{"scan_id", "batch", "kind", "uris", "server_uris", "names", "mime_types"},
+		pgx.CopyFromRows(batches))
+	return err
 }
 
 // entryBatchSize is the most entries stored in one catalog_entry_batches row.

@@ -50,7 +50,9 @@ func (s *Server) prepareDatabase(opts Options) (*config.SQL, error) {
 	return sqlCfg, nil
 }
 
-func (s *Server) serverOptions(opts Options, sqlCfg *config.SQL) ([]temporal.ServerOption, error) {
+// serverOptions configures the server with mainCfg as the default store and visCfg as the
+// visibility store (the same config for SQLite).
+func (s *Server) serverOptions(opts Options, mainCfg, visCfg *config.SQL) ([]temporal.ServerOption, error) {
 	frontendAddr := s.FrontendAddress()
 	httpPort, err := portFor("frontend HTTP", s.host, 0)
 	if err != nil {
@@ -75,10 +77,14 @@ func (s *Server) serverOptions(opts Options, sqlCfg *config.SQL) ([]temporal.Ser
 	cfg.Global.Membership.MaxJoinDuration = 30 * time.Second
 	cfg.Global.Membership.BroadcastAddress = s.host
 	cfg.Persistence = config.Persistence{
-		DefaultStore:     sqliteplugin.PluginName,
-		VisibilityStore:  sqliteplugin.PluginName,
+		DefaultStore:     mainCfg.PluginName,
+		VisibilityStore:  mainCfg.PluginName,
 		NumHistoryShards: 1,
-		DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
+		DataStores:       map[string]config.DataStore{mainCfg.PluginName: {SQL: mainCfg}},
+	}
+	if visCfg != mainCfg {
+		cfg.Persistence.VisibilityStore = "visibility"
+		cfg.Persistence.DataStores["visibility"] = config.DataStore{SQL: visCfg}
 	}
 	cfg.ClusterMetadata = &cluster.Config{
 		EnableGlobalNamespace:    false,

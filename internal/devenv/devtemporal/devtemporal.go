@@ -1,7 +1,8 @@
 // Package devtemporal runs a complete Temporal service inside the current process for local
 // development: the four server roles (frontend, history, matching, worker) persisted in one
-// SQLite file, the namespace the project uses with its search attributes, and the Temporal Web
-// UI. Restarting over the same data directory keeps every workflow.
+// SQLite file or in two PostgreSQL databases (Options.Persistence), the namespace the project
+// uses with its search attributes, and the Temporal Web UI. Restarting over the same data
+// directory (SQLite) or the same databases (PostgreSQL) keeps every workflow.
 package devtemporal
 
 import (
@@ -17,8 +18,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/temporal"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -69,9 +72,15 @@ func (e *PortInUseError) Unwrap() error { return e.Err }
 
 // Options configure Start.
 type Options struct {
-	// DataDir holds the SQLite file (created with its schema when missing) and a lock file.
-	// Required.
+	// DataDir holds a lock file and, with PersistenceSQLite, the SQLite file (created with its
+	// schema when missing). Required.
 	DataDir string
+	// Persistence chooses where the server keeps its state (default PersistenceSQLite). Both
+	// choices are durable: SQLite writes synchronously, PostgreSQL commits synchronously
+	// unless its server is configured otherwise.
+	Persistence Persistence
+	// Postgres configures PersistencePostgres; it is ignored otherwise.
+	Postgres *Postgres
 	// Host is the address every service listens on (default 127.0.0.1).
 	Host string
 	// FrontendPort is the gRPC port clients and workers use; 0 picks a free port.
@@ -107,7 +116,9 @@ type Server struct {
 	namespace string
 	tls       *TLS
 	dbFile    string
+	store     string // where the state is, for logs (no secret)
 	lock      *os.File
+	pgLock    *pgx.Conn    // PersistencePostgres: the session that holds the server lock
 	quiet     *atomic.Bool // set while stopping: shutdown noise is not logged
 	temporal  temporal.Server
 	ui        *uiserver.Server
@@ -119,10 +130,11 @@ type Server struct {
 
 // Start starts the Temporal services and the Web UI in this process and returns once the
 // frontend answers, the namespace exists with the search attributes registered, and the UI
-// serves HTTP. The SQLite schema is created only when the database file is new, so a restart
-// over the same DataDir keeps all workflows. It fails with a *PortInUseError when the frontend
-// or UI port is taken, and with ErrDataDirInUse when another process serves DataDir. On error
-// nothing is left running.
+// serves HTTP. The SQLite schema is created only when the database file is new, and the
+// PostgreSQL schemas are brought to the server's versions (nothing is applied twice), so a
+// restart keeps all workflows. It fails with a *PortInUseError when the frontend or UI port is
+// taken, with ErrDataDirInUse when another process serves DataDir, and with ErrDatabaseInUse
+// when another server runs on the same PostgreSQL database. On error nothing is left running.
 func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("devtemporal: Options.DataDir is required")
@@ -150,6 +162,12 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 60 * time.Second
 	}
+	if opts.Persistence == "" {
+		opts.Persistence = PersistenceSQLite
+	}
+	if _, err := ParsePersistence(string(opts.Persistence)); err != nil {
+		return nil, fmt.Errorf("devtemporal: %w", err)
+	}
 	dataDir, err := filepath.Abs(opts.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("devtemporal: data directory: %w", err)
@@ -163,6 +181,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		namespace: opts.Namespace,
 		tls:       opts.TLS,
 		dbFile:    filepath.Join(dataDir, DatabaseFileName),
+		store:     filepath.Join(dataDir, DatabaseFileName),
 		uiDone:    make(chan error, 1),
 		quiet:     new(atomic.Bool),
 	}
@@ -183,11 +202,19 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 			return nil, fmt.Errorf("devtemporal: %w", err)
 		}
 	}
-	sqlCfg, err := s.prepareDatabase(opts)
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	var mainCfg, visCfg *config.SQL
+	if opts.Persistence == PersistencePostgres {
+		mainCfg, visCfg, err = s.preparePostgres(ctx, opts)
+	} else {
+		mainCfg, err = s.prepareDatabase(opts)
+		visCfg = mainCfg
+	}
 	if err != nil {
 		return nil, fmt.Errorf("devtemporal: %w", err)
 	}
-	serverOpts, err := s.serverOptions(opts, sqlCfg)
+	serverOpts, err := s.serverOptions(opts, mainCfg, visCfg)
 	if err != nil {
 		return nil, fmt.Errorf("devtemporal: %w", err)
 	}
@@ -198,8 +225,6 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		s.temporal = nil // a server that failed to start has nothing to stop
 		return nil, fmt.Errorf("devtemporal: start server: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
-	defer cancel()
 	if err := s.awaitFrontend(ctx, opts.SearchAttributes); err != nil {
 		return nil, fmt.Errorf("devtemporal: %w", err)
 	}
@@ -208,7 +233,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 			return nil, fmt.Errorf("devtemporal: %w", err)
 		}
 	}
-	s.log.Info("Temporal ready", zap.String("frontend", s.FrontendAddress()), zap.String("ui", s.UIURL()), zap.String("db", s.dbFile))
+	s.log.Info("Temporal ready", zap.String("frontend", s.FrontendAddress()), zap.String("ui", s.UIURL()), zap.String("persistence", string(opts.Persistence)), zap.String("db", s.store))
 	return s, nil
 }
 
@@ -265,6 +290,10 @@ func (s *Server) shutdown() error {
 			errs = append(errs, fmt.Errorf("stop Temporal: %w", err))
 		}
 		s.temporal = nil
+	}
+	if s.pgLock != nil {
+		unlockDatabase(s.pgLock)
+		s.pgLock = nil
 	}
 	if s.lock != nil {
 		s.lock.Close() // releases the flock

@@ -1,8 +1,12 @@
-// Package localstack runs a whole mcpsync deployment inside one process, for benchmarks and
-// the release gate: a real Temporal server (go.temporal.io/server/temporaltest, in-memory
-// SQLite, transfer poll rate raised), a fresh Postgres ledger database (on a given server, or
+// Package localstack runs a whole mcpsync deployment on one machine, for benchmarks and the
+// release gate: a real Temporal server, a fresh Postgres ledger database (on a given server, or
 // on a private cluster started for the stack), and real mcpsync workers with their session
-// hosts. Stop ends everything it started.
+// hosts. The Temporal server is, by Options.Temporal, the in-memory test server
+// (go.temporal.io/server/temporaltest, transfer poll rate raised), the embedded server exactly
+// as `make run` starts it (devtemporal with its persistence and dynamic config, in this
+// process as mcpsync-dev runs it in its own), or an external cluster. The first worker runs in
+// this process, or as a separate mcpsync-worker process as `make run` runs it
+// (Options.WorkerCommand). Stop ends everything it started.
 package localstack
 
 import (
@@ -10,10 +14,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +35,7 @@ import (
 	"github.com/mcpsync/mcpsync/dbschema"
 	"github.com/mcpsync/mcpsync/internal/cli"
 	"github.com/mcpsync/mcpsync/internal/config"
+	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/logging"
@@ -58,15 +67,65 @@ type Options struct {
 	// Host tunes each worker's session host.
 	Host mcphost.Options
 	// SuggestContinueAsNewAt, if positive, makes the server suggest continue-as-new at that
-	// many history events.
+	// many history events (TemporalTest only).
 	SuggestContinueAsNewAt int
+	// Temporal chooses the Temporal server (default TemporalTest).
+	Temporal TemporalKind
+	// Persistence is passed to devtemporal with TemporalEmbedded (empty: devtemporal's
+	// default). PersistencePostgres keeps Temporal's state in two fresh databases on the
+	// stack's Postgres server (as mcpsync-dev keeps them beside the ledger), dropped by Stop.
+	Persistence devtemporal.Persistence
+	// TemporalAddress and TemporalNamespace name the cluster with TemporalExternal (namespace
+	// default "default"); the connection's TLS and API key come from the TEMPORAL_TLS_* and
+	// TEMPORAL_API_KEY variables, as for mcpsync-worker.
+	TemporalAddress, TemporalNamespace string
+	// WorkerCommand, if set, runs the first worker as this command (e.g. a built
+	// bin/mcpsync-worker) in a process of its own, configured through its environment like
+	// `make run` does (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, DATABASE_URL; gateway off,
+	// metrics on a free port); its log is kept in the stack's temporary directory. Empty: the
+	// first worker runs in this process.
+	WorkerCommand []string
+	// NoFirstWorker starts the stack without any worker (the caller adds its own).
+	NoFirstWorker bool
 }
 
-// Stack is a running in-process deployment.
+// TemporalKind chooses the stack's Temporal server.
+type TemporalKind int
+
+const (
+	// TemporalTest is go.temporal.io/server/temporaltest: in-memory SQLite, in this process.
+	TemporalTest TemporalKind = iota
+	// TemporalEmbedded is the embedded server `make run` starts (devtemporal with
+	// Options.Persistence, its data directory temporary; the same dynamic config; no Web UI),
+	// in this process.
+	TemporalEmbedded
+	// TemporalExternal is a running cluster at Options.TemporalAddress.
+	TemporalExternal
+)
+
+// String names the kind as the bench prints it.
+func (k TemporalKind) String() string {
+	switch k {
+	case TemporalTest:
+		return "temporaltest (in-memory)"
+	case TemporalEmbedded:
+		return "embedded (make run default)"
+	case TemporalExternal:
+		return "external"
+	}
+	return fmt.Sprintf("TemporalKind(%d)", int(k))
+}
+
+// Stack is a running deployment.
 type Stack struct {
-	Temporal  *temporaltest.TestServer
-	Client    client.Client
-	Namespace string
+	// Temporal is the test server with TemporalTest, else nil.
+	Temporal *temporaltest.TestServer
+	// Dev is the embedded server with TemporalEmbedded, else nil.
+	Dev *devtemporal.Server
+	// TemporalAddress is the frontend the stack's client and workers use.
+	TemporalAddress string
+	Client          client.Client
+	Namespace       string
 	// DatabaseURL is the ledger database; Store is a ledger on it.
 	DatabaseURL string
 	Store       *ledger.Store
@@ -82,9 +141,13 @@ type Stack struct {
 	mu       sync.Mutex
 	workers  []*workerapp.Worker
 	extraDBs []string
+	proc     *exec.Cmd
+	procDone chan error
+	procLog  string
 }
 
-// Start brings a stack up with one worker. On error nothing is left running.
+// Start brings a stack up with one worker (none with NoFirstWorker). On error nothing is
+// left running.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -103,7 +166,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		if s.tmpDir, err = os.MkdirTemp("", "mcpsync-stack-"); err != nil {
 			return nil, err
 		}
-		s.cluster, err = pgcluster.Start(ctx, pgcluster.Options{DataDir: s.tmpDir + "/pg", NoFsync: true, Logger: s.log.Named("postgres"),
+		// fsync stays on unless the stack is the in-memory test one (`make run` keeps it on).
+		s.cluster, err = pgcluster.Start(ctx, pgcluster.Options{DataDir: s.tmpDir + "/pg", NoFsync: opts.Temporal == TemporalTest, Logger: s.log.Named("postgres"),
 			Settings: map[string]string{"max_connections": "300"}})
 		if err != nil {
 			return nil, fmt.Errorf("private postgres: %w", err)
@@ -121,17 +185,151 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.Store = ledger.New(s.pool)
 
-	dc := DynamicConfig()
-	if opts.SuggestContinueAsNewAt > 0 {
-		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = []dynamicconfig.ConstrainedValue{{Value: opts.SuggestContinueAsNewAt}}
-	}
-	s.Temporal = temporaltest.NewServer(temporaltest.WithBaseServerOptions(temporal.WithDynamicConfigClient(dc)))
-	s.Namespace = s.Temporal.GetDefaultNamespace()
-	s.Client = s.Temporal.NewClientWithOptions(client.Options{Namespace: s.Namespace, Logger: logging.Temporal(s.log.Named("temporal"))})
-	if _, err := s.AddWorker(ctx, "host-1"); err != nil {
+	if err := s.startTemporal(ctx, admin); err != nil {
 		return nil, err
 	}
+	switch {
+	case opts.NoFirstWorker:
+	case len(opts.WorkerCommand) > 0:
+		if err := s.startWorkerProcess(); err != nil {
+			return nil, err
+		}
+	default:
+		if _, err := s.AddWorker(ctx, "host-1"); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// startTemporal starts (or connects to) the server opts.Temporal names and dials s.Client.
+func (s *Stack) startTemporal(ctx context.Context, admin string) error {
+	tlog := logging.Temporal(s.log.Named("temporal"))
+	switch s.opts.Temporal {
+	case TemporalTest:
+		dc := DynamicConfig()
+		if s.opts.SuggestContinueAsNewAt > 0 {
+			dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = []dynamicconfig.ConstrainedValue{{Value: s.opts.SuggestContinueAsNewAt}}
+		}
+		s.Temporal = temporaltest.NewServer(temporaltest.WithBaseServerOptions(temporal.WithDynamicConfigClient(dc)))
+		s.Namespace = s.Temporal.GetDefaultNamespace()
+		s.TemporalAddress = s.Temporal.GetFrontendHostPort()
+		s.Client = s.Temporal.NewClientWithOptions(client.Options{Namespace: s.Namespace, Logger: tlog})
+		return nil
+	case TemporalEmbedded:
+		if s.tmpDir == "" {
+			var err error
+			if s.tmpDir, err = os.MkdirTemp("", "mcpsync-stack-"); err != nil {
+				return err
+			}
+		}
+		dopts := devtemporal.Options{
+			DataDir: filepath.Join(s.tmpDir, "temporal"), DisableUI: true, Logger: s.log,
+			Persistence: s.opts.Persistence,
+		}
+		if s.opts.Persistence == devtemporal.PersistencePostgres {
+			main, vis := s.dbName+"_temporal", s.dbName+"_temporal_visibility"
+			s.mu.Lock()
+			s.extraDBs = append(s.extraDBs, main, vis)
+			s.mu.Unlock()
+			dopts.Postgres = &devtemporal.Postgres{URL: admin, Database: main, VisibilityDatabase: vis}
+		}
+		dev, err := devtemporal.Start(ctx, dopts)
+		if err != nil {
+			return fmt.Errorf("embedded Temporal: %w", err)
+		}
+		s.Dev = dev
+		s.Namespace = dev.Namespace()
+		s.TemporalAddress = dev.FrontendAddress()
+		s.Client, err = client.DialContext(ctx, client.Options{HostPort: s.TemporalAddress, Namespace: s.Namespace, Logger: tlog})
+		if err != nil {
+			return fmt.Errorf("dial embedded Temporal: %w", err)
+		}
+		return nil
+	case TemporalExternal:
+		if s.opts.TemporalAddress == "" {
+			return errors.New("localstack: TemporalExternal needs Options.TemporalAddress")
+		}
+		s.TemporalAddress, s.Namespace = s.opts.TemporalAddress, s.opts.TemporalNamespace
+		if s.Namespace == "" {
+			s.Namespace = devtemporal.DefaultNamespace
+		}
+		var err error
+		s.Client, err = config.FromEnv().Temporal.Dial(ctx, s.TemporalAddress, s.Namespace, client.Options{Logger: tlog})
+		if err != nil {
+			return fmt.Errorf("dial Temporal %s: %w", s.TemporalAddress, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("localstack: unknown Temporal kind %d", int(s.opts.Temporal))
+}
+
+// startWorkerProcess runs opts.WorkerCommand as the stack's worker, as `make run` runs
+// mcpsync-worker. The process is stopped (SIGTERM, then SIGKILL after 30 s) by Stop and dies
+// with this process (--parent-pid).
+func (s *Stack) startWorkerProcess() error {
+	if s.tmpDir == "" {
+		var err error
+		if s.tmpDir, err = os.MkdirTemp("", "mcpsync-stack-"); err != nil {
+			return err
+		}
+	}
+	s.procLog = filepath.Join(s.tmpDir, "worker.log")
+	logf, err := os.Create(s.procLog)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child holds its own descriptor
+	args := append(append([]string{}, s.opts.WorkerCommand[1:]...), "--log-level", "warn", "--parent-pid", fmt.Sprint(os.Getpid()))
+	cmd := exec.Command(s.opts.WorkerCommand[0], args...)
+	cmd.Env = append(os.Environ(),
+		"TEMPORAL_ADDRESS="+s.TemporalAddress, "TEMPORAL_NAMESPACE="+s.Namespace, "DATABASE_URL="+s.DatabaseURL,
+		"MCPSYNC_GATEWAY_ADDR=off", "MCPSYNC_METRICS_ADDR=127.0.0.1:0")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start worker process %s: %w", s.opts.WorkerCommand[0], err)
+	}
+	s.proc, s.procDone = cmd, make(chan error, 1)
+	go func() { s.procDone <- cmd.Wait() }()
+	return nil
+}
+
+// WorkerPID is the worker process's PID, 0 when the workers run in this process.
+func (s *Stack) WorkerPID() int {
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Process.Pid
+}
+
+// WorkerExited reports, without waiting, whether the worker process has exited, with its log's
+// path; false when it runs or there is none.
+func (s *Stack) WorkerExited() (bool, string) {
+	if s.proc == nil {
+		return false, ""
+	}
+	select {
+	case err := <-s.procDone:
+		s.procDone <- err
+		return true, s.procLog
+	default:
+		return false, ""
+	}
+}
+
+func (s *Stack) stopWorkerProcess() {
+	if s.proc == nil {
+		return
+	}
+	_ = s.proc.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.procDone:
+	case <-time.After(30 * time.Second):
+		_ = s.proc.Process.Kill()
+		<-s.procDone
+	}
+	s.proc = nil
 }
 
 func (s *Stack) createDatabase(ctx context.Context, admin string) (string, error) {
@@ -237,11 +435,15 @@ func (s *Stack) Stop() {
 	for _, w := range ws {
 		w.Stop()
 	}
+	s.stopWorkerProcess()
 	if s.Client != nil {
 		s.Client.Close()
 	}
 	if s.Temporal != nil {
 		s.Temporal.Stop()
+	}
+	if s.Dev != nil {
+		_ = s.Dev.Stop()
 	}
 	if s.pool != nil {
 		s.pool.Close()

@@ -1,0 +1,562 @@
+// Command scale measures how many live subscriptions one worker holds on the embedded default
+// that `make run` starts (issue 16 item 4): it runs bin/mcpsync-dev (embedded Temporal with
+// its SQLite file, Web UI, private PostgreSQL) and bin/mcpsync-worker as processes of their
+// own, exactly as scripts/run.sh does, registers one stdio source (bin/mcpsync-demo-server
+// with --resources), subscribes N URIs in one bulk `mcpsync subscribe --uris-file` call and
+// reports:
+//   - the time until all N are ACTIVE with their first accepted version;
+//   - the RSS (VmRSS and peak VmHWM) of the worker, of mcpsync-dev (Temporal server + UI) and
+//     of its PostgreSQL processes at N;
+//   - after a session change (the stdio server process is killed; the worker restarts it), the
+//     time until every subscription has re-read on the new session;
+//   - the latency of live updates meanwhile (demo://clock/now carries its change time), next
+//     to the same latency measured before the storm.
+//
+// Build first: `make build-run`. Every figure is a line
+// `bench: <name> <value> <unit> (baseline <name> <value> <unit>, ratio <r>)`.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func main() {
+	n := flag.Int("n", 10000, "subscriptions: demo://clock/now and N-1 numbered items")
+	bin := flag.String("bin", "bin", "directory of the built commands (make build-run)")
+	parallel := flag.Int("parallel", 32, "workflow starts in flight in the bulk subscribe")
+	timeout := flag.Duration("timeout", 20*time.Minute, "give up on a phase after this long")
+	interval := flag.Duration("interval", time.Second, "demo server change interval (the clock and one item change per tick)")
+	probe := flag.Duration("probe", 20*time.Second, "how long live-update latency is sampled before the storm")
+	backstop := flag.Duration("backstop", 15*time.Minute, "the source's --backstop: every subscription re-reads once per period (the default 30s is 333 reads/s at 10,000)")
+	keep := flag.Bool("keep", false, "keep the data directory and logs")
+	persistence := flag.String("persistence", "", "mcpsync-dev --temporal-persistence (empty: its default, the one make run uses)")
+	flag.Parse()
+	if *n < 2 || *parallel < 1 || *timeout <= 0 || *interval <= 0 {
+		fmt.Fprintln(os.Stderr, "scale: -n must be ≥ 2, -parallel ≥ 1, -timeout and -interval positive")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *n, *bin, *parallel, *timeout, *interval, *probe, *backstop, *keep, *persistence); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, n int, bin string, parallel int, timeout, interval, probe, backstop time.Duration, keep bool, persistence string) error {
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	for _, c := range []string{"mcpsync", "mcpsync-dev", "mcpsync-worker", "mcpsync-demo-server"} {
+		if _, err := os.Stat(filepath.Join(bin, c)); err != nil {
+			return fmt.Errorf("%w (run make build-run first)", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "mcpsync-scale-")
+	if err != nil {
+		return err
+	}
+	if keep {
+		fmt.Println("scale: data and logs in", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	self := strconv.Itoa(os.Getpid())
+
+	// mcpsync-dev on free ports, its own PostgreSQL (DATABASE_URL unset), as make run.
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	baseEnv := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "TEMPORAL_")
+	})
+	devArgs := []string{"--data-dir", dir + "/data", "--frontend-port", ports[0], "--ui-port", ports[1], "--pg-port", ports[2], "--parent-pid", self}
+	if persistence != "" {
+		devArgs = append(devArgs, "--temporal-persistence", persistence)
+	} else {
+		persistence = "mcpsync-dev default"
+	}
+	fmt.Printf("scale: backstop %s (%.1f refresh reads/s at %d)\n", backstop, float64(n)/backstop.Seconds(), n)
+	fmt.Printf("scale: %d subscriptions on one stdio source; embedded Temporal (bin/mcpsync-dev, persistence: %s) and bin/mcpsync-worker as processes\n", n, persistence)
+	dev, err := startProc(dir, "dev", baseEnv, filepath.Join(bin, "mcpsync-dev"), devArgs...)
+	if err != nil {
+		return err
+	}
+	defer stopProc(dev)
+	devEnv, err := awaitEnv(dir+"/data/dev.env", dev, 5*time.Minute)
+	if err != nil {
+		return err
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "dev.log")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "mcpsync-dev ready") {
+				fmt.Println("scale:", l)
+			}
+		}
+	}
+	env := append(slices.Clone(baseEnv), devEnv...)
+	metricsPort, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	env = append(env, "MCPSYNC_GATEWAY_ADDR=off", "MCPSYNC_METRICS_ADDR=127.0.0.1:"+metricsPort[0])
+	worker, err := startProc(dir, "worker", env, filepath.Join(bin, "mcpsync-worker"), "--parent-pid", self, "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	defer stopProc(worker)
+	var dbURL string
+	for _, kv := range devEnv {
+		if v, ok := strings.CutPrefix(kv, "DATABASE_URL="); ok {
+			dbURL = v
+		}
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cli := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "mcpsync"), args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return string(out), fmt.Errorf("mcpsync %s: %w: %s", args[0], err, strings.TrimSpace(lastLines(string(out), 5)))
+		}
+		return string(out), nil
+	}
+	demo := fmt.Sprintf("%s --resources %d --interval %s --item-updates 1", filepath.Join(bin, "mcpsync-demo-server"), n-1, interval)
+	if err := retry(2*time.Minute, func() error {
+		_, err := cli("source", "add", "scale", "--stdio", demo, "--backstop", backstop.String())
+		return err
+	}); err != nil {
+		return err
+	}
+	idle := readRSS(worker.Process.Pid, dev.Process.Pid)
+	fmt.Printf("scale: stack up (mcpsync-dev pid %d, worker pid %d); idle RSS worker %s, mcpsync-dev %s; postgres PSS %s\n",
+		dev.Process.Pid, worker.Process.Pid, mib(idle.worker.rss), mib(idle.dev.rss), mib(idle.pg.rss))
+
+	uris := []string{"demo://clock/now"}
+	for i := range n - 1 {
+		uris = append(uris, fmt.Sprintf("demo://items/%04d", i+1))
+	}
+	uriFile := filepath.Join(dir, "uris.txt")
+	if err := os.WriteFile(uriFile, []byte(strings.Join(uris, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+
+	// Phase 1: bulk subscribe; all ACTIVE with a first version.
+	began := time.Now()
+	cliDone := make(chan error, 1)
+	var cliTook time.Duration
+	go func() {
+		out, err := cli("subscribe", "scale", "--uris-file", uriFile, "--parallel", strconv.Itoa(parallel), "--wait", timeout.String())
+		cliTook = time.Since(began)
+		fmt.Print("scale: ", lastLines(out, 3))
+		cliDone <- err
+	}()
+	var peak rssSet
+	var nextPrint time.Duration
+	var lastActive int
+	tActive, err := poll(ctx, timeout, func(el time.Duration) (bool, error) {
+		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))
+		var active int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM subscriptions WHERE state = 'ACTIVE' AND last_accepted_ordinal > 0`).Scan(&active)
+		lastActive = max(lastActive, active)
+		if el >= nextPrint {
+			nextPrint += 10 * time.Second
+			fmt.Printf("scale: %5.0fs %d/%d ACTIVE with a version; worker %s, mcpsync-dev %s\n", el.Seconds(), active, n, mib(peak.worker.rss), mib(peak.dev.rss))
+		}
+		return active >= n, err
+	}, began)
+	if err != nil {
+		r := readRSS(worker.Process.Pid, dev.Process.Pid)
+		fmt.Printf("bench: scale-active-reached-%d %d subscriptions in %.0f s (baseline goal-active-%d %d in 120 s)\n", n, lastActive, time.Since(began).Seconds(), n, n)
+		fmt.Printf("bench: worker-rss-at-%d %s (baseline worker-rss-idle %s, ratio %.1f)\n", lastActive, mib(r.worker.rss), mib(idle.worker.rss), ratio(r.worker.rss, idle.worker.rss))
+		fmt.Printf("bench: devtemporal-rss-at-%d %s (baseline devtemporal-rss-idle %s, ratio %.1f)\n", lastActive, mib(r.dev.rss), mib(idle.dev.rss), ratio(r.dev.rss, idle.dev.rss))
+		return fmt.Errorf("waiting for %d ACTIVE: %w", n, err)
+	}
+	if err := <-cliDone; err != nil {
+		return err
+	}
+	atN := readRSS(worker.Process.Pid, dev.Process.Pid)
+	peak = peak.max(atN)
+
+	// Live-update latency before the storm (baseline).
+	time.Sleep(probe)
+	quiet, _, err := clockStaleness(ctx, pool, time.Now().Add(-probe), time.Now())
+	if err != nil {
+		return err
+	}
+
+	// Phase 2: session change. Kill the stdio server; the worker starts a new one.
+	demoPID, err := childNamed(worker.Process.Pid, "mcpsync-demo-server")
+	if err != nil {
+		return err
+	}
+	var oldGen int64
+	if err := pool.QueryRow(ctx, `SELECT max(generation) FROM sessions`).Scan(&oldGen); err != nil {
+		return err
+	}
+	killed := time.Now()
+	nextPrint = 0
+	if err := syscall.Kill(demoPID, syscall.SIGKILL); err != nil {
+		return err
+	}
+	tReread, err := poll(ctx, timeout, func(el time.Duration) (bool, error) {
+		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))
+		var done int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM subscriptions s
+			WHERE s.state = 'ACTIVE' AND s.session_generation > $1
+			  AND greatest(s.last_accepted_at, s.last_verified_at) > $2`, oldGen, killed).Scan(&done)
+		if el >= nextPrint {
+			nextPrint += 10 * time.Second
+			fmt.Printf("scale: %5.0fs after the kill %d/%d re-read on the new session\n", el.Seconds(), done, n)
+		}
+		return done >= n, err
+	}, killed)
+	if err != nil {
+		return fmt.Errorf("waiting for the re-read storm: %w", err)
+	}
+	storm, stormVersions, err := clockStaleness(ctx, pool, killed, killed.Add(tReread))
+	if err != nil {
+		return err
+	}
+	final := readRSS(worker.Process.Pid, dev.Process.Pid)
+	peak = peak.max(final)
+
+	fmt.Printf("bench: scale-active-%d %.1f s (baseline goal-active-%d 120 s, ratio %.2f)\n", n, tActive.Seconds(), n, tActive.Seconds()/120)
+	fmt.Printf("bench: scale-subscribe-cli-%d %.1f s\n", n, cliTook.Seconds())
+	fmt.Printf("bench: scale-start-rate-%d %.1f /s\n", n, float64(n)/tActive.Seconds())
+	fmt.Printf("bench: worker-rss-%d %s (baseline worker-rss-idle %s, ratio %.1f)\n", n, mib(atN.worker.rss), mib(idle.worker.rss), ratio(atN.worker.rss, idle.worker.rss))
+	fmt.Printf("bench: worker-hwm-%d %s\n", n, mib(peak.worker.hwm))
+	fmt.Printf("bench: devtemporal-rss-%d %s (baseline devtemporal-rss-idle %s, ratio %.1f)\n", n, mib(atN.dev.rss), mib(idle.dev.rss), ratio(atN.dev.rss, idle.dev.rss))
+	fmt.Printf("bench: devtemporal-hwm-%d %s\n", n, mib(peak.dev.hwm))
+	fmt.Printf("bench: postgres-pss-%d %s (baseline postgres-pss-idle %s, ratio %.1f)\n", n, mib(atN.pg.rss), mib(idle.pg.rss), ratio(atN.pg.rss, idle.pg.rss))
+	fmt.Printf("bench: reread-all-%d %.1f s (baseline scale-active-%d %.1f s, ratio %.2f)\n", n, tReread.Seconds(), n, tActive.Seconds(), tReread.Seconds()/tActive.Seconds())
+	fmt.Printf("bench: live-staleness-p50-during-reread-%d %s (baseline live-staleness-p50-quiet-%d %s, ratio %.1f)\n", n, ms(pct(storm, 50)), n, ms(pct(quiet, 50)), ratio(pct(storm, 50), pct(quiet, 50)))
+	fmt.Printf("bench: live-staleness-max-during-reread-%d %s (baseline live-staleness-max-quiet-%d %s, ratio %.1f)\n", n, ms(pct(storm, 100)), n, ms(pct(quiet, 100)), ratio(pct(storm, 100), pct(quiet, 100)))
+	fmt.Printf("bench: live-versions-during-reread-%d %d versions (baseline reread-window %.0f ticks)\n", n, stormVersions, tReread.Seconds()/interval.Seconds())
+	return nil
+}
+
+// clockStaleness measures how stale the accepted view of demo://clock/now was in [from, to]:
+// the server changes it every tick and its body is the change time, so for each version
+// accepted there, the time from the change that the previously accepted version carried to
+// this acceptance is how old the newest accepted content was just before (one tick plus the
+// delay; reads coalesce, so a starved subscription shows as long gaps, not as many late
+// versions). It also returns how many versions were accepted.
+func clockStaleness(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) ([]time.Duration, int, error) {
+	rows, err := pool.Query(ctx, `SELECT v.accepted_at, convert_from(b.body, 'UTF8')
+		FROM resource_versions v JOIN subscriptions s ON s.id = v.subscription_id JOIN content_blobs b ON b.digest = v.digest
+		WHERE s.uri = 'demo://clock/now' AND v.accepted_at <= $2
+		  AND v.accepted_at >= (SELECT coalesce(max(v2.accepted_at), $1) FROM resource_versions v2 WHERE v2.subscription_id = s.id AND v2.accepted_at < $1)
+		ORDER BY v.accepted_at`, from, to)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var out []time.Duration
+	var prevChanged time.Time
+	n := 0
+	for rows.Next() {
+		var at time.Time
+		var body string
+		if err := rows.Scan(&at, &body); err != nil {
+			return nil, 0, err
+		}
+		changed, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(body))
+		if err != nil {
+			return nil, 0, fmt.Errorf("clock body %q: %w", body, err)
+		}
+		if !prevChanged.IsZero() && !at.Before(from) {
+			out = append(out, at.Sub(prevChanged))
+			n++
+		}
+		prevChanged = changed
+	}
+	slices.Sort(out)
+	return out, n, rows.Err()
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := (len(d) - 1) * p / 100
+	return d[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+func ratio[T ~int64](a, b T) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// poll calls check every second until it says done; it returns the time since began.
+func poll(ctx context.Context, timeout time.Duration, check func(time.Duration) (bool, error), began time.Time) (time.Duration, error) {
+	deadline := began.Add(timeout)
+	for {
+		done, err := check(time.Since(began))
+		if err != nil {
+			return 0, err
+		}
+		if done {
+			return time.Since(began), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("not done after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func retry(timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func freePorts(k int) ([]string, error) {
+	var out []string
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range k {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	}
+	return out, nil
+}
+
+// startProc starts a command in its own process group, its output in dir/name.log.
+func startProc(dir, name string, env []string, path string, args ...string) (*exec.Cmd, error) {
+	f, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	go func() { _ = cmd.Wait(); f.Close() }()
+	return cmd, nil
+}
+
+// stopProc asks the process to stop (SIGTERM), then kills it after 30 s.
+func stopProc(cmd *exec.Cmd) {
+	p := cmd.Process
+	_ = p.Signal(syscall.SIGTERM)
+	for range 300 {
+		if p.Signal(syscall.Signal(0)) != nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = p.Kill()
+}
+
+// awaitEnv waits for mcpsync-dev's dev.env and returns its KEY=VALUE lines, unquoted.
+func awaitEnv(path string, dev *exec.Cmd, timeout time.Duration) ([]string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && len(b) > 0 {
+			var out []string
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+				if !ok || strings.HasPrefix(k, "#") {
+					continue
+				}
+				if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+					v = strings.ReplaceAll(v[1:len(v)-1], `'\''`, `'`)
+				}
+				out = append(out, k+"="+v)
+			}
+			return out, nil
+		}
+		if dev.Process.Signal(syscall.Signal(0)) != nil {
+			return nil, errors.New("mcpsync-dev exited before it was ready (see its log with -keep)")
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("mcpsync-dev not ready after %s", timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// rss is one process tree's resident set: now and its peak (bytes).
+type rss struct{ rss, hwm int64 }
+
+// rssSet is the RSS of the worker and of mcpsync-dev, and the summed PSS of mcpsync-dev's
+// PostgreSQL processes.
+type rssSet struct{ worker, dev, pg rss }
+
+func (a rssSet) max(b rssSet) rssSet {
+	m := func(x, y rss) rss { return rss{max(x.rss, y.rss), max(x.hwm, y.hwm)} }
+	return rssSet{m(a.worker, b.worker), m(a.dev, b.dev), m(a.pg, b.pg)}
+}
+
+func readRSS(worker, dev int) rssSet {
+	var s rssSet
+	s.worker = procRSS(worker)
+	s.dev = procRSS(dev)
+	for _, pid := range descendants(dev) {
+		if strings.HasPrefix(comm(pid), "postgres") {
+			// Proportional set size: the backends share their buffers, which RSS would count
+			// once per process.
+			s.pg.rss += procPSS(pid)
+		}
+	}
+	return s
+}
+
+func procRSS(pid int) rss {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return rss{}
+	}
+	defer f.Close()
+	var r rss
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			r.rss = kb << 10
+		case "VmHWM":
+			r.hwm = kb << 10
+		}
+	}
+	return r
+}
+
+// procPSS is the proportional set size of pid (bytes), 0 if unknown.
+func procPSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pss:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+func comm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// descendants lists the processes below pid (from /proc/*/stat parent links).
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(f[1])
+		children[pp] = append(children[pp], p)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+// childNamed returns the PID of the descendant of pid whose command name starts with name.
+func childNamed(pid int, name string) (int, error) {
+	for _, c := range descendants(pid) {
+		if strings.HasPrefix(name, comm(c)) && comm(c) != "" {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s process below pid %d", name, pid)
+}
+
+func mib(b int64) string {
+	if b >= 1<<30 {
+		return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
+	}
+	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}
+
+func lastLines(s string, k int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > k {
+		lines = lines[len(lines)-k:]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}

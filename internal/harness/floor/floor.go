@@ -1,0 +1,429 @@
+// Package floor measures the cheapest entity workflow Temporal can run, as the baseline the
+// mcpsync throughput bench compares itself with (issue 16 item 1): one workflow per
+// subscription that waits for a signal, runs one local activity that does nothing but note
+// the time it ran, and loops (continuing as new when the server suggests it). Run offers
+// signals at a fixed rate across n such workflows and reports accepted/s and the p50/p99
+// latency from signal send to local activity done. Nothing in it touches Postgres or MCP.
+package floor
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// WorkflowName is the registered name of the floor entity workflow.
+const WorkflowName = "FloorEntity"
+
+// SignalName is the signal each offered update is sent as; its payload is the update's int64
+// sequence number.
+const SignalName = "floor-update"
+
+// Result is what Run measured. Latencies are from just before the SignalWorkflow call to the
+// end of the local activity the signal caused; only the offered phase counts (the warm-up
+// does not).
+type Result struct {
+	// Workflows is the number of entity workflows (n).
+	Workflows int
+	// Sent is the number of signals sent during the offered phase (acknowledged or not).
+	Sent int
+	// SignalErrors counts SignalWorkflow calls that failed (an overloaded server times them
+	// out; such a signal may still have arrived, and then counts as accepted).
+	SignalErrors int
+	// SignalErrorSample holds up to three of those errors' messages.
+	SignalErrorSample []string
+	// Missing is Sent - Accepted: signals whose local activity had not run when Run stopped
+	// waiting.
+	Missing int
+	// Offered is Sent divided by the offered phase's length (/s).
+	Offered float64
+	// Accepted is the number of sent signals whose local activity ran.
+	Accepted int
+	// Repeated counts local activity runs beyond the first for one signal (0 when every
+	// signal's local activity ran exactly once).
+	Repeated int
+	// AcceptedPerSec is Accepted divided by the span from the first send to the later of the
+	// phase's end and the last local activity done.
+	AcceptedPerSec float64
+	// P50, P99 and Max are latency percentiles over the accepted signals.
+	P50, P99, Max time.Duration
+	// P50All and P99All count every missing signal as Never (infinitely late), as the
+	// mcpsync bench counts a mutation never accepted.
+	P50All, P99All time.Duration
+	// Span is the denominator of AcceptedPerSec.
+	Span time.Duration
+	// Start is when the offered phase began (for counting history events in the window).
+	Start time.Time
+	// WorkflowIDs are the n entity workflows' IDs, index i for entity i.
+	WorkflowIDs []string
+	// PerWorkflow is the number of accepted signals per entity, index i for entity i.
+	PerWorkflow []int
+	// Unterminated counts the workflows Run could not terminate at the end (left running on
+	// an overloaded server), TerminateError the first such failure.
+	Unterminated   int
+	TerminateError error
+}
+
+// Options tune RunWithOptions; the zero value is what Run uses.
+type Options struct {
+	// Drain bounds the wait, after the offered phase, for outstanding local activities
+	// (default 1 minute).
+	Drain time.Duration
+	// MaxInFlight bounds concurrent SignalWorkflow calls (default 512); when reached, the
+	// offered rate falls and Offered shows it.
+	MaxInFlight int
+	// Keep leaves the workflows running after Run (default: they are terminated).
+	Keep bool
+	// Seed seeds the choice of entity per signal (default 1).
+	Seed uint64
+}
+
+// Never is the latency P50All and P99All give a signal whose local activity never ran.
+const Never = time.Duration(math.MaxInt64)
+
+// input is the entity workflow's argument.
+type input struct {
+	// Ready, when non-zero on the first run, is the key the start-up local activity records so
+	// the driver knows the workflow is running and cached.
+	Ready int64
+	// Pending are signals received but not yet processed when the previous run continued as
+	// new.
+	Pending []int64
+}
+
+// recorder is shared by the driver and the in-process worker's local activity.
+type recorder struct {
+	mu   sync.Mutex
+	done map[int64]time.Time
+	runs map[int64]int
+	cond chan struct{} // closed and replaced on every record
+}
+
+func newRecorder() *recorder {
+	return &recorder{done: map[int64]time.Time{}, runs: map[int64]int{}, cond: make(chan struct{})}
+}
+
+// Noop is the local activity: it records when it ran for seq and nothing else.
+func (r *recorder) Noop(_ context.Context, seq int64) error {
+	now := time.Now()
+	r.mu.Lock()
+	if r.runs[seq] == 0 {
+		r.done[seq] = now
+	}
+	r.runs[seq]++
+	close(r.cond)
+	r.cond = make(chan struct{})
+	r.mu.Unlock()
+	return nil
+}
+
+// waitFor waits until keep says the recorder holds every key it needs, or ctx ends.
+func (r *recorder) waitFor(ctx context.Context, keys func(done map[int64]time.Time) bool) error {
+	for {
+		r.mu.Lock()
+		ok := keys(r.done)
+		ch := r.cond
+		r.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// entity returns the floor workflow bound to rec's local activity.
+func entity(rec *recorder) func(workflow.Context, input) error {
+	return func(ctx workflow.Context, in input) error {
+		ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
+		run := func(seq int64) error {
+			return workflow.ExecuteLocalActivity(ctx, rec.Noop, seq).Get(ctx, nil)
+		}
+		if in.Ready != 0 {
+			if err := run(in.Ready); err != nil {
+				return err
+			}
+		}
+		for _, seq := range in.Pending {
+			if err := run(seq); err != nil {
+				return err
+			}
+		}
+		ch := workflow.GetSignalChannel(ctx, SignalName)
+		for {
+			var seq int64
+			ch.Receive(ctx, &seq)
+			// The suggestion is fixed for a workflow task, so a task that continues as new
+			// runs no local activity: if the server rejects the continue-as-new because a
+			// signal arrived meanwhile, the retried task has no local activity to run twice.
+			if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+				pending := []int64{seq}
+				for ch.ReceiveAsync(&seq) {
+					pending = append(pending, seq)
+				}
+				return workflow.NewContinueAsNewError(ctx, WorkflowName, input{Pending: pending})
+			}
+			if err := run(seq); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Run measures the floor with default Options: it registers the entity workflow and its local
+// activity on a new worker for taskQueue (stopped before Run returns), starts n entity
+// workflows and waits until each has run, offers signals at rate per second to randomly chosen
+// entities for d, waits for the outstanding local activities, terminates the workflows and
+// returns the figures. The worker runs in this process: the local activity reports to the
+// driver through memory.
+func Run(ctx context.Context, c client.Client, taskQueue string, n int, rate float64, d time.Duration) (Result, error) {
+	return RunWithOptions(ctx, c, taskQueue, n, rate, d, Options{})
+}
+
+// RunWithOptions is Run with tuning; see Options.
+func RunWithOptions(ctx context.Context, c client.Client, taskQueue string, n int, rate float64, d time.Duration, opts Options) (res Result, err error) {
+	if n <= 0 || rate <= 0 || d <= 0 {
+		return Result{}, fmt.Errorf("floor: n (%d), rate (%g) and duration (%s) must be positive", n, rate, d)
+	}
+	if opts.Drain <= 0 {
+		opts.Drain = time.Minute
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 512
+	}
+	if opts.Seed == 0 {
+		opts.Seed = 1
+	}
+	rec := newRecorder()
+	w := worker.New(c, taskQueue, worker.Options{})
+	w.RegisterWorkflowWithOptions(entity(rec), workflow.RegisterOptions{Name: WorkflowName})
+	if err := w.Start(); err != nil {
+		return Result{}, fmt.Errorf("floor: start worker: %w", err)
+	}
+	defer w.Stop()
+
+	var tag [4]byte
+	_, _ = crand.Read(tag[:])
+	prefix := "floor-" + hex.EncodeToString(tag[:]) + "-"
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%05d", prefix, i)
+	}
+	if !opts.Keep {
+		defer func() {
+			// Leftover workflows do not spoil the figures: they are counted, not fatal.
+			res.Unterminated, res.TerminateError = terminate(context.WithoutCancel(ctx), c, ids)
+		}()
+	}
+	// Start every entity; each runs one local activity keyed -(i+1) once it is up.
+	err = forEach(ctx, len(ids), func(ctx context.Context, i int) error {
+		id := ids[i]
+		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: id, TaskQueue: taskQueue,
+			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		}, WorkflowName, input{Ready: -int64(i + 1)})
+		if err != nil {
+			return fmt.Errorf("floor: start %s: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	err = rec.waitFor(readyCtx, func(done map[int64]time.Time) bool {
+		for i := range n {
+			if _, ok := done[-int64(i+1)]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	if err != nil {
+		return Result{}, fmt.Errorf("floor: waiting for %d entities to start: %w", n, err)
+	}
+
+	// Offered phase.
+	type sent struct {
+		at     time.Time
+		entity int
+	}
+	var (
+		mu       sync.Mutex
+		sentAt   = map[int64]sent{}
+		sendErrs []string
+		nErrs    int
+		wg       sync.WaitGroup
+	)
+	sem := make(chan struct{}, opts.MaxInFlight)
+	rng := rand.New(rand.NewPCG(opts.Seed, 2))
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	next := start
+	var seq int64
+	for time.Since(start) < d && ctx.Err() == nil {
+		seq++
+		i := rng.IntN(n)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(seq int64, i int) {
+			defer func() { <-sem; wg.Done() }()
+			at := time.Now()
+			// Recorded before the call: the local activity may finish before it returns.
+			mu.Lock()
+			sentAt[seq] = sent{at, i}
+			mu.Unlock()
+			if err := c.SignalWorkflow(ctx, ids[i], "", SignalName, seq); err != nil {
+				mu.Lock()
+				nErrs++
+				if len(sendErrs) < 3 {
+					sendErrs = append(sendErrs, err.Error())
+				}
+				mu.Unlock()
+			}
+		}(seq, i)
+		next = next.Add(interval)
+		if wait := time.Until(next); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
+	phase := time.Since(start) // the offered phase, not the wait for the last acknowledgements
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	if nErrs == len(sentAt) {
+		return Result{}, fmt.Errorf("floor: every signal failed, e.g.: %s", strings.Join(sendErrs, "; "))
+	}
+	drainCtx, cancel := context.WithTimeout(ctx, opts.Drain)
+	_ = rec.waitFor(drainCtx, func(done map[int64]time.Time) bool {
+		for s := range sentAt {
+			if _, ok := done[s]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+
+	res = Result{Workflows: n, Sent: len(sentAt), SignalErrors: nErrs, SignalErrorSample: sendErrs,
+		Start: start, WorkflowIDs: ids, PerWorkflow: make([]int, n)}
+	res.Offered = float64(res.Sent) / phase.Seconds()
+	rec.mu.Lock()
+	var lat []time.Duration
+	last := start
+	for s, snt := range sentAt {
+		at, ok := rec.done[s]
+		if !ok {
+			continue
+		}
+		lat = append(lat, at.Sub(snt.at))
+		res.PerWorkflow[snt.entity]++
+		res.Repeated += rec.runs[s] - 1
+		if at.After(last) {
+			last = at
+		}
+	}
+	for s, runs := range rec.runs {
+		if s < 0 {
+			res.Repeated += runs - 1
+		}
+	}
+	rec.mu.Unlock()
+	res.Accepted = len(lat)
+	res.Span = max(phase, last.Sub(start))
+	res.AcceptedPerSec = float64(res.Accepted) / res.Span.Seconds()
+	res.Missing = res.Sent - res.Accepted
+	res.P50, res.P99, res.Max = Percentile(lat, 0.50), Percentile(lat, 0.99), Percentile(lat, 1)
+	for range res.Missing {
+		lat = append(lat, Never)
+	}
+	res.P50All, res.P99All = Percentile(lat, 0.50), Percentile(lat, 0.99)
+	return res, nil
+}
+
+// Percentile returns the p-quantile (0..1) of lat by the nearest-rank rule, 0 for none; it
+// sorts lat in place.
+func Percentile(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+}
+
+// terminate ends the floor's workflows (a workflow already closed is not an error), trying
+// each up to three times: an overloaded server times calls out. It returns how many it could
+// not terminate and the first such error.
+func terminate(ctx context.Context, c client.Client, ids []string) (int, error) {
+	var mu sync.Mutex
+	failed := 0
+	var first error
+	_ = forEach(ctx, len(ids), func(ctx context.Context, i int) error {
+		var err error
+		for range 3 {
+			err = c.TerminateWorkflow(ctx, ids[i], "", "floor bench done")
+			var nf *serviceerror.NotFound
+			if err == nil || errors.As(err, &nf) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		mu.Lock()
+		failed++
+		if first == nil {
+			first = fmt.Errorf("floor: terminate %s: %w", ids[i], err)
+		}
+		mu.Unlock()
+		return nil
+	})
+	return failed, first
+}
+
+// forEach runs fn for 0..n-1 with at most 32 calls at once and returns the first error; after
+// an error, the remaining calls see a cancelled context.
+func forEach(ctx context.Context, n int, fn func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, i); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
+		return err
+	}
+	return nil
+}

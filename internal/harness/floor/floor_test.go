@@ -1,0 +1,84 @@
+package floor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/common/dynamicconfig"
+	"go.temporal.io/server/temporal"
+	"go.temporal.io/server/temporaltest"
+
+	"github.com/mcpsync/mcpsync/internal/harness/floor"
+)
+
+// TestRunEverySignalRunsItsLocalActivityOnce drives the floor against a real in-process
+// Temporal server and checks the bookkeeping, not the speed: every acknowledged signal's
+// local activity ran, exactly once, also across continue-as-new (signals pending at the
+// switch are carried over), and the history counter sees the workflow tasks.
+func TestRunEverySignalRunsItsLocalActivityOnce(t *testing.T) {
+	tests := []struct {
+		name        string
+		suggestCAN  int     // 0: server default
+		rate        float64 // signals/s over all entities
+		wantRunsMin int     // runs read by CountHistory, summed over the entities
+	}{
+		{name: "one run", rate: 60, wantRunsMin: 4},
+		// Bursts: signals queue up behind a workflow task and some are pending at the switch.
+		{name: "continue-as-new every ~40 events", suggestCAN: 40, rate: 400, wantRunsMin: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The transfer queue polled fast, one partition per task queue (as the stacks).
+			dc := dynamicconfig.StaticClient{
+				dynamicconfig.TransferProcessorMaxPollRPS.Key():         []dynamicconfig.ConstrainedValue{{Value: 1000}},
+				dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():  []dynamicconfig.ConstrainedValue{{Value: 1}},
+				dynamicconfig.MatchingNumTaskqueueWritePartitions.Key(): []dynamicconfig.ConstrainedValue{{Value: 1}},
+			}
+			if tt.suggestCAN > 0 {
+				dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = []dynamicconfig.ConstrainedValue{{Value: tt.suggestCAN}}
+			}
+			ts := temporaltest.NewServer(temporaltest.WithT(t), temporaltest.WithBaseServerOptions(temporal.WithDynamicConfigClient(dc)))
+			c := ts.NewClientWithOptions(client.Options{Namespace: ts.GetDefaultNamespace()})
+			t.Cleanup(c.Close)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			t.Cleanup(cancel)
+
+			const n = 4
+			res, err := floor.RunWithOptions(ctx, c, "floor-test", n, tt.rate, 1500*time.Millisecond, floor.Options{Keep: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Sent == 0 {
+				t.Fatal("no signal was sent")
+			}
+			perWorkflow := 0
+			for _, k := range res.PerWorkflow {
+				perWorkflow += k
+			}
+			type counts struct{ Accepted, Missing, Repeated, SignalErrors, PerWorkflow, IDs int }
+			got := counts{res.Accepted, res.Missing, res.Repeated, res.SignalErrors, perWorkflow, len(res.WorkflowIDs)}
+			want := counts{Accepted: res.Sent, PerWorkflow: res.Sent, IDs: n}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("after %d signals (-want +got):\n%s", res.Sent, diff)
+			}
+
+			var total floor.History
+			for _, id := range res.WorkflowIDs {
+				h, err := floor.CountHistory(ctx, c, id, res.Start, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				total = total.Add(h)
+			}
+			// Every accepted signal is at least a Signaled event and a MarkerRecorded event,
+			// and every batch of signals needs a workflow task.
+			if total.Events < 2*res.Accepted || total.WorkflowTasks == 0 || total.Runs < tt.wantRunsMin {
+				t.Errorf("history in the window: %+v for %d accepted signals; want >= %d events, > 0 workflow tasks, >= %d runs",
+					total, res.Accepted, 2*res.Accepted, tt.wantRunsMin)
+			}
+		})
+	}
+}
