@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests and `make run` need and this machine lacks: PostgreSQL's binaries
-# (Debian's postgresql package), the npm packages of the interop tests, and the MCP conformance
+# (Debian's postgresql package), the npm packages of the interop tests (and of the gateway's TypeScript client test), and the MCP conformance
 # suite with Node 22 (npm, testdata/conformance) plus jq and curl, which its adapter uses. Run as root on a
 # fresh machine it installs; otherwise it says exactly what is missing.
 set -euo pipefail
@@ -32,6 +32,10 @@ fi
 if [ ! -x testdata/interop/node_modules/.bin/mcp-server-everything ]; then
   echo "deps: installing @modelcontextprotocol/server-everything for the interop tests (npm ci)"
   (cd testdata/interop && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [ ! -f testdata/gatewayclient/node_modules/@modelcontextprotocol/sdk/package.json ]; then
+  echo "deps: installing @modelcontextprotocol/sdk for the gateway's TypeScript client test (npm ci in testdata/gatewayclient)"
+  (cd testdata/gatewayclient && npm ci --no-audit --no-fund --loglevel=error)
 fi
 for tool in jq curl; do
   if ! command -v "$tool" >/dev/null; then

@@ -70,6 +70,7 @@ for uri in demo://notes/1 demo://clock/now; do
 done
 echo "run: Temporal UI: ${TEMPORAL_UI:-http://127.0.0.1:8233} (the subscription workflows are listed there)"
 [ -n "${MCPSYNC_METRICS_ADDR-127.0.0.1:9464}" ] && echo "run: worker metrics: http://${MCPSYNC_METRICS_ADDR-127.0.0.1:9464}/metrics (Prometheus text)"
+gw=$(grep -m1 'gateway serving' "$data/worker.log" | grep -o 'http://[^" ]*/mcp' || true); if [ -n "$gw" ]; then echo "run: MCP gateway for agents: $gw (bearer token: $bin/mcpsync token create PRINCIPAL; README \"Gateway\")"; else echo "run: MCP gateway not served (MCPSYNC_GATEWAY_ADDR; see $data/worker.log)"; fi
 echo "run: accepted versions (Ctrl-C to stop):"
 "$bin/mcpsync" watch $from &
 watch_pid=$!

@@ -3,7 +3,9 @@
 // activities on its own queue). It reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, DATABASE_URL
 // and the Temporal TLS and API-key variables (TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY,
 // TEMPORAL_TLS_CA, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_TLS, TEMPORAL_API_KEY), each but the API
-// key also a --temporal-… flag; the defaults match mcpsync-dev. SIGINT or SIGTERM stops it;
+// key also a --temporal-… flag; the defaults match mcpsync-dev. It serves the MCP gateway for
+// agents on MCPSYNC_GATEWAY_ADDR (default 127.0.0.1:8765; "off" serves none) and /metrics on
+// MCPSYNC_METRICS_ADDR. SIGINT or SIGTERM stops it;
 // with --parent-pid, so does the exit of that process (scripts/run.sh passes its own PID, so
 // that killing the script never leaves a worker behind).
 package main
@@ -21,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcpsync/mcpsync/internal/config"
+	"github.com/mcpsync/mcpsync/internal/gateway"
 	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/internal/metrics"
 	"github.com/mcpsync/mcpsync/internal/parentwatch"
@@ -58,6 +61,7 @@ func main() {
 	w, err := workerapp.Start(ctx, workerapp.Config{
 		DatabaseURL: env.DatabaseURL, TemporalAddress: env.TemporalAddress, Namespace: env.Namespace,
 		TemporalConn: env.Temporal, Logger: log, MetricsAddr: metrics.AddrFromEnv(),
+		GatewayAddr: gateway.AddrFromEnv(),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcpsync-worker:", err)

@@ -182,7 +182,13 @@ func TestBadInput(t *testing.T) {
 		// subscribe
 		{args: []string{"subscribe"}, want: "mcpsync subscribe: missing SOURCE URI {usage}"},
 		{args: []string{"subscribe", "demo"}, want: "mcpsync subscribe: missing URI {usage}"},
-		{args: []string{"subscribe", "demo", "demo://x", "more"}, want: `mcpsync subscribe: unexpected argument "more" {usage}`},
+		// Many URIs: a malformed one refuses the whole list before anything is contacted.
+		{args: []string{"subscribe", "demo", "demo://x", "more"}, want: `mcpsync subscribe: 1 of 2 URIs are malformed, nothing was subscribed: argument 3: uri "more": no scheme`},
+		{args: []string{"subscribe", "demo", "a", "demo://x", "b", "c", "d", "e", "f"}, want: `mcpsync subscribe: 6 of 7 URIs are malformed, nothing was subscribed: argument 2: uri "a": no scheme; argument 4: uri "b": no scheme; argument 5: uri "c": no scheme; argument 6: uri "d": no scheme; argument 7: uri "e": no scheme; and 1 more`},
+		{args: []string{"subscribe", "demo", "--uris-file", "/nonexistent/uris.txt"}, want: `mcpsync subscribe: --uris-file: open /nonexistent/uris.txt: no such file or directory`},
+		{args: []string{"subscribe", "demo", "--uris-file", ""}, want: `mcpsync subscribe: --uris-file must not be empty`},
+		{args: []string{"subscribe", "demo", "demo://x", "demo://y", "--parallel", "0"}, want: `mcpsync subscribe: --parallel must be at least 1, got 0`},
+		{args: []string{"subscribe", "demo", "demo://x", "demo://y", "--window", "-1"}, want: `mcpsync subscribe: --window must not be negative, got -1`},
 		{args: []string{"subscribe", "demo", "demo://x", "--bogus"}, want: "mcpsync subscribe: flag provided but not defined: -bogus {usage}"},
 		{args: []string{"subscribe", "demo", "demo://x", "--wait", "-1s"}, want: "mcpsync subscribe: --wait must not be negative, got -1s"},
 		{args: []string{"subscribe", "demo", "demo://x", "--wait", "abc"}, want: `mcpsync subscribe: invalid value "abc" for flag -wait: parse error {usage}`},
@@ -223,6 +229,11 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"grant", "alice", "demo", "--bogus"}, want: "mcpsync grant: flag provided but not defined: -bogus {usage}"},
 		{args: []string{"grants", "alice", "bob"}, want: `mcpsync grants: unexpected argument "bob" {usage}`},
 		{args: []string{"grants", "--bogus"}, want: "mcpsync grants: flag provided but not defined: -bogus {usage}"},
+
+		// token create, token list, token revoke (their other rows are in token_test.go)
+		{args: []string{"token", "create"}, want: "mcpsync token create: missing PRINCIPAL {usage}"},
+		{args: []string{"token", "list", "x"}, want: `mcpsync token list: unexpected argument "x" {usage}`},
+		{args: []string{"token", "revoke", "x"}, want: `mcpsync token revoke: "x" is not a token ID (tok_ and 12 hex digits; see mcpsync token list)`},
 
 		// revoke, revocation
 		{args: []string{"revoke"}, want: "mcpsync revoke: missing PRINCIPAL {usage}"},
@@ -297,6 +308,7 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"gate", "--shuffles", "-1"}, want: "mcpsync gate: --shuffles must not be negative, got -1"},
 		{args: []string{"gate", "--resources", "0"}, want: "mcpsync gate: --resources must be positive, got 0"},
 		{args: []string{"gate", "--revocations", "0"}, want: "mcpsync gate: --revocations must be positive, got 0"},
+		{args: []string{"gate", "--storm-resources", "0"}, want: "mcpsync gate: --storm-resources must be positive, got 0"},
 		{args: []string{"gate", "--json=yes"}, want: `mcpsync gate: invalid boolean value "yes" for -json: parse error {usage}`},
 
 		// explain (its other rows are in explain_test.go; this one keeps every command covered)

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/guard"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/readguard"
 )
 
 func init() {
@@ -58,20 +58,8 @@ type getJSON struct {
 	Encoding              string        `json:"encoding,omitempty"`
 }
 
-// guardPolicy is the output guard every consumer read passes.
-func guardPolicy() guard.Policy { return guard.Default() }
-
-// guardEvaluator runs pol for the ledger's Read.
-func guardEvaluator(pol guard.Policy) ledger.Evaluator {
-	return func(ctx context.Context, v ledger.Version, body []byte) (ledger.GuardVerdict, []byte, error) {
-		vd, err := pol.Evaluate(ctx, guard.Content{URI: v.URI, MIMEType: v.MIMEType, Body: body})
-		if err != nil {
-			return ledger.GuardVerdict{}, nil, err
-		}
-		return ledger.GuardVerdict{Policy: pol.String(), Outcome: string(vd.Outcome), Reasons: vd.Reasons,
-			Stripped: vd.Stripped}, vd.Body, nil
-	}
-}
+// guardPolicy is the output guard every consumer read passes (shared with the gateway).
+func guardPolicy() guard.Policy { return readguard.Policy() }
 
 func get(ctx context.Context, e *runEnv, args []string) error {
 	const usage = "mcpsync get SOURCE URI [--principal P] [--for-index NAME] [--json]"
@@ -90,7 +78,7 @@ func get(ctx context.Context, e *runEnv, args []string) error {
 	}
 	pol := guardPolicy()
 	res, err := st.Read(ctx, ledger.ReadRequest{Principal: *principal, SourceID: src.ID, URI: norm,
-		PolicyID: pol.ID(), ForIndex: *forIndex}, guardEvaluator(pol))
+		PolicyID: pol.ID(), ForIndex: *forIndex}, readguard.Evaluator(pol))
 	var refusal *ledger.GuardRefusal
 	switch {
 	case errors.Is(err, ledger.ErrNoGrant):
@@ -150,9 +138,6 @@ func toGetJSON(res ledger.ReadResult, principal, norm string, pol guard.Policy, 
 	return j
 }
 
-func isText(b []byte) bool {
-	s := string(b)
-	return strings.ToValidUTF8(s, "\uFFFD") == s && !strings.ContainsRune(s, 0)
-}
+func isText(b []byte) bool { return readguard.IsText(b) }
 
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

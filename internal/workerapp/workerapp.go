@@ -21,6 +21,7 @@ import (
 	"github.com/mcpsync/mcpsync/dbschema"
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/gateway"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
@@ -50,6 +51,9 @@ type Config struct {
 	// MCPSYNC_METRICS_ADDR, default 127.0.0.1:9464); empty disables metrics. The Temporal
 	// SDK's metrics are included only for the client the worker dials itself (Client nil).
 	MetricsAddr string
+	// GatewayAddr is where the MCP gateway listens (internal/gateway; mcpsync-worker passes
+	// MCPSYNC_GATEWAY_ADDR, default 127.0.0.1:8765, "off" for none); empty: no gateway.
+	GatewayAddr string
 }
 
 // workerOptions keeps enough pollers waiting that the server can hand tasks over directly
@@ -71,14 +75,18 @@ type Worker struct {
 	cancel     context.CancelFunc
 	hostDone   chan struct{}
 	stopOnce   sync.Once
-	obs        *workerMetrics // nil: metrics disabled
-	trace      *workerTracing // nil before Start set it up; off: no interceptors
+	obs        *workerMetrics   // nil: metrics disabled
+	trace      *workerTracing   // nil before Start set it up; off: no interceptors
+	gateway    *gateway.Gateway // nil: no gateway (gateway.go)
 }
 
 // Start connects to Postgres (applying migrations) and Temporal (registering the search
 // attributes if missing), starts both Temporal workers and the session host. It fails with a
 // clear error if either service is unreachable.
 func Start(ctx context.Context, cfg Config) (*Worker, error) {
+	if cacheSizeErr != nil { // cache.go: the sticky cache size from the environment
+		return nil, cacheSizeErr
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -150,10 +158,14 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	main.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
 	main.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
 	main.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
-	(&activities.Ledger{Store: w.Store, Metrics: w.obs.metrics()}).Register(main)
+	led := &activities.Ledger{Store: w.Store, Metrics: w.obs.metrics()}
+	led.Register(main)
+	// One Session value on both queues: MCPRead joins the reads the fast path handed off.
+	sess := &activities.Session{Host: w.Host, Store: w.Store}
+	(&activities.LocalRead{Session: sess, Ledger: led}).Register(main)
 	(&activities.Catalog{Store: w.Store}).Register(main)
 	hostWorker := worker.New(w.Client, queue, w.trace.options(workerOptions))
-	(&activities.Session{Host: w.Host, Store: w.Store}).Register(hostWorker)
+	sess.Register(hostWorker)
 	(&activities.Discovery{Host: w.Host, Store: w.Store}).Register(hostWorker)
 	for _, wk := range []worker.Worker{main, hostWorker} {
 		if err := wk.Start(); err != nil {
@@ -172,6 +184,10 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		_ = w.Host.Run(hctx)
 	}()
 	startPrune(hctx, w.Store, prune, cfg.Logger)
+	if w.gateway, err = startGateway(hctx, cfg, w); err != nil {
+		w.Stop()
+		return nil, err
+	}
 	cfg.Logger.Info("worker started", zap.String("task_queue", contract.TaskQueue), zap.String("host_queue", queue))
 	return w, nil
 }
@@ -180,6 +196,9 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 // workers, and closes connections. It is safe to call more than once.
 func (w *Worker) Stop() {
 	w.stopOnce.Do(func() {
+		if w.gateway != nil {
+			_ = w.gateway.Close()
+		}
 		for _, wk := range w.workers {
 			wk.Stop()
 		}

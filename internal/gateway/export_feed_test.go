@@ -1,0 +1,37 @@
+package gateway
+
+import (
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+)
+
+// NewTestNotifyQueue starts a notifyQueue of capacity whose deliveries call send with the
+// method and, for resources/updated, the URI. push queues a notification; stop ends the
+// queue's goroutine.
+func NewTestNotifyQueue(capacity int, send func(method, uri string)) (push func(method, uri string), stop func()) {
+	q := newNotifyQueue(capacity, func(method string, req mcp.Request) error {
+		uri := ""
+		if p, ok := req.GetParams().(*mcp.ResourceUpdatedNotificationParams); ok {
+			uri = p.URI
+		}
+		send(method, uri)
+		return nil
+	}, func(meta mcp.Meta) mcp.Request {
+		return &mcp.ServerRequest[*mcp.ResourceListChangedParams]{Params: &mcp.ResourceListChangedParams{Meta: meta}}
+	}, zap.NewNop())
+	push = func(method, uri string) {
+		var req mcp.Request = &mcp.ServerRequest[*mcp.ResourceListChangedParams]{Params: &mcp.ResourceListChangedParams{}}
+		if method == methodResourceUpdated {
+			req = &mcp.ServerRequest[*mcp.ResourceUpdatedNotificationParams]{Params: &mcp.ResourceUpdatedNotificationParams{URI: uri}}
+		}
+		q.push(method, req)
+	}
+	return push, q.stop
+}
+
+// HoldSubscribeUntilAnnounced makes every subscribe return only once the feed announced a
+// version of its URI while the subscribe was pending, until restore runs.
+func HoldSubscribeUntilAnnounced() (restore func()) {
+	holdSubscribeUntilAnnounced.Store(true)
+	return func() { holdSubscribeUntilAnnounced.Store(false) }
+}
