@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -307,27 +306,10 @@ func ContentsSize(res *mcp.ReadResourceResult) int64 {
 	return n
 }
 
-// IsNotFound classifies a resources/read error as not-found: -32002 (the older spec code),
-// or -32602 with data.uri (go-sdk servers) or a "not found" message (TypeScript servers).
-func IsNotFound(err error) bool {
-	var werr *jsonrpc.Error
-	if !errors.As(err, &werr) {
-		return false
-	}
-	switch werr.Code {
-	case -32002:
-		return true
-	case jsonrpc.CodeInvalidParams:
-		if strings.Contains(strings.ToLower(werr.Message), "not found") {
-			return true
-		}
-		var data struct {
-			URI string `json:"uri"`
-		}
-		return len(werr.Data) > 0 && json.Unmarshal(werr.Data, &data) == nil && data.URI != ""
-	}
-	return false
-}
+// IsNotFound classifies a resources/read error as not-found in either protocol era
+// (mcphost.IsNotFound: -32002, -32602 with data.uri or a "not found" message, or the session's
+// own *mcphost.NotFoundError).
+func IsNotFound(err error) bool { return mcphost.IsNotFound(err) }
 
 // MultiContentsMIME is the MIME type of a body that holds several contents of one read.
 const MultiContentsMIME = "application/vnd.mcpsync.contents+json"

@@ -31,6 +31,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/harness/benchline"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -75,7 +76,7 @@ func main() {
 
 func run(ctx context.Context, c config) (float64, error) {
 	if c.admin == "" {
-		admin, stop, err := privateCluster(ctx)
+		admin, stop, err := pgcluster.Throwaway(ctx, "mcpsync-ledgerbench-")
 		if err != nil {
 			return 0, err
 		}

@@ -124,28 +124,3 @@ func redact(raw string) string {
 	}
 	return u.Redacted()
 }
-
-// privateCluster starts a throwaway cluster with the server's default durability settings and
-// returns its admin URL and the function that stops and removes it.
-func privateCluster(ctx context.Context) (string, func(), error) {
-	if err := pgcluster.EnsureInstalled(ctx, nil); err != nil {
-		return "", nil, err
-	}
-	dir, err := os.MkdirTemp("", "mcpsync-ledgerbench-")
-	if err != nil {
-		return "", nil, err
-	}
-	c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "pg"),
-		Settings: map[string]string{"max_connections": "100"}})
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("private cluster: %w", err)
-	}
-	return c.AdminURL(), func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = c.Stop(sctx)
-		_ = c.RemoveData()
-		os.RemoveAll(dir)
-	}, nil
-}

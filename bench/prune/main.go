@@ -33,6 +33,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/dbschema"
+	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/harness/benchline"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -77,7 +78,7 @@ func main() {
 	defer stop()
 	cleanup := func() {}
 	if c.admin == "" {
-		admin, stopCluster, err := privateCluster(ctx)
+		admin, stopCluster, err := pgcluster.Throwaway(ctx, "mcpsync-prunebench-")
 		if err != nil {
 			fail(err)
 		}
