@@ -94,15 +94,15 @@ bench: build-run
 
 bench-quick: build-run
 	@t0=$$(date +%s); failed=; \
-	$(call BENCH_STEP,throughput,$(GO) run ./bench/throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 100 -rate 40 -duration 8s -step 5s -steps 1 -sample 30 -baseline 2s $(THROUGHPUTFLAGS)); \
+	$(call BENCH_STEP,throughput,$(GO) run ./bench/throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 50 -rate 20 -duration 5s -step 3s -steps 1 -sample 20 -baseline 1s $(THROUGHPUTFLAGS)); \
 	$(call BENCH_STEP,storm,$(GO) run ./cmd/mcpsync-gate --only storm --storm-resources 10); \
 	$(call BENCH_STEP,revoke,$(GO) run ./bench/revoke -subscriptions 100 -principals 10 -indexes 3 -probes 20 $(BENCHFLAGS)); \
 	$(call BENCH_STEP,scan,$(GO) run ./bench/scan -resources 5000 -runs 1 $(SCANBENCHFLAGS)); \
 	$(call BENCH_STEP,ledger,$(GO) run ./bench/ledger -duration 3s -rounds 1 -warmup 1s -scale 1 $(LEDGERBENCHFLAGS)); \
 	$(call BENCH_STEP,prune,$(GO) run ./bench/prune -subscriptions 100 -sources 2 -hours 3 $(PRUNEBENCHFLAGS)); \
-	$(call BENCH_STEP,persistence,$(GO) run ./bench/persistence -workflows 100 -rate 40 -duration 5s $(PERSISTBENCHFLAGS)); \
-	$(call BENCH_STEP,scale,$(GO) run ./bench/scale -bin $(BIN) -n 500 -probe 5s $(SCALEBENCHFLAGS)); \
-	$(call BENCH_STEP,gateway,$(GO) run ./bench/gateway -agents 4 -duration 3s -updates 10 $(GATEWAYBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(GO) run ./bench/persistence -workflows 50 -rate 20 -duration 3s $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,scale,$(GO) run ./bench/scale -bin $(BIN) -n 200 -probe 3s $(SCALEBENCHFLAGS)); \
+	$(call BENCH_STEP,gateway,$(GO) run ./bench/gateway -agents 2 -duration 2s -updates 5 $(GATEWAYBENCHFLAGS)); \
 	$(BENCH_END)
 
 ## deps: install missing PostgreSQL binaries and interop npm packages

@@ -25,6 +25,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/discovery"
+	"github.com/mcpsync/mcpsync/internal/harness/benchline"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/harness/localstack"
 	"github.com/mcpsync/mcpsync/internal/ledger"
@@ -160,6 +161,14 @@ func run(ctx context.Context, n, page, runs int, admin string) error {
 		median(changed).Round(time.Millisecond), float64(median(changed))/float64(r))
 	fmt.Printf("mcpsync A/B double scan, unchanged set (request→catalog): %s  ratio %.2fx\n",
 		median(unchanged).Round(time.Millisecond), float64(median(unchanged))/float64(r))
+	secs := func(name string, d time.Duration) benchline.Figure {
+		return benchline.Figure{Name: fmt.Sprintf("%s-%d", name, n), Value: d.Seconds(), Unit: "s"}
+	}
+	raw1 := secs("raw-list", r)
+	benchline.Print(os.Stdout, raw1)
+	benchline.PrintVs(os.Stdout, secs("scan-round", median(direct)), raw1)
+	benchline.PrintVs(os.Stdout, secs("scan-ab", median(changed)), raw1)
+	benchline.PrintVs(os.Stdout, secs("scan-ab-unchanged", median(unchanged)), raw1)
 	return nil
 }
 
