@@ -80,6 +80,11 @@ func TestHostileServerStringsThroughHost(t *testing.T) {
 	if !round.Complete || round.Resources != 1 {
 		t.Fatalf("round: %+v", round)
 	}
+	// Round A's entries are stored in the background while round B would page (issue 16 item
+	// 5); the storing transaction holds the round's row lock until they are in.
+	if _, err := store.Pool().Exec(ctx, `SELECT 1 FROM discovery_scans WHERE id = $1 FOR SHARE`, round.ScanID); err != nil {
+		t.Fatal(err)
+	}
 	var name, mime string
 	if err := store.Pool().QueryRow(ctx, `SELECT e.name, e.mime_type FROM catalog_entries e WHERE e.scan_id = $1`, round.ScanID).Scan(&name, &mime); err != nil {
 		t.Fatal(err)
