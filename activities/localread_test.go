@@ -79,6 +79,9 @@ func TestLocalRead(t *testing.T) {
 		JoinedOutcome    mcpsync.Outcome // the joined read's acceptance, for a handed-off read
 		JoinedReadDigest string
 	}
+	// held is the gate of the read being held (hold): released only once the fast path has
+	// handed the read off, so the hand-off is observed rather than raced by a timer.
+	var held *chaosmcp.Gate
 	run := func(lr *activities.LocalRead, reqID string, handoff time.Duration, during func()) got {
 		t.Helper()
 		out, err := lr.LocalRead(ctx, input(reqID, handoff))
@@ -90,6 +93,10 @@ func TestLocalRead(t *testing.T) {
 		if out.HandedOff {
 			if during != nil {
 				during()
+			}
+			if held != nil {
+				held.Release()
+				held = nil
 			}
 			read, err := sess.MCPRead(ctx, contract.ReadInput{SourceID: src.ID, SessionGeneration: gen, ServerURI: u,
 				Ordinal: out.Alloc.Ordinal, RequestID: reqID})
@@ -106,16 +113,13 @@ func TestLocalRead(t *testing.T) {
 		g.ServerReads = srv.Stats().Reads[u]
 		return g
 	}
-	hold := func(body string) *chaosmcp.Gate {
+	hold := func(body string) {
 		srv.Set(u, body, "text/plain")
-		gate := chaosmcp.NewGate()
-		srv.AddReadFault(chaosmcp.ReadFault{URI: u, Nth: 1, Gate: gate, Fail: chaosmcp.ReadOK})
-		go func() {
-			<-gate.Arrived()
-			time.Sleep(300 * time.Millisecond) // past the handoff of 50 ms
-			gate.Release()
-		}()
-		return gate
+		held = chaosmcp.NewGate()
+		srv.AddReadFault(chaosmcp.ReadFault{URI: u, Nth: 1, Gate: held, Fail: chaosmcp.ReadOK})
+		// A fast path that never hands off would wait on the read: let it through late, so the
+		// step fails its comparison instead of hanging the test.
+		time.AfterFunc(time.Minute, held.Release)
 	}
 
 	// On the session's process: one call, one read, accepted.

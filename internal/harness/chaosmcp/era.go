@@ -198,43 +198,47 @@ func (s *Server) bothErasHandler(listener string) http.Handler {
 			}
 			return
 		}
-		if r.Method == http.MethodPost && r.Body != nil {
-			body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-			if err != nil {
-				http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			var msg struct {
-				Method string `json:"method"`
-			}
-			if json.Unmarshal(body, &msg) == nil && msg.Method == "server/discover" {
-				stateless.ServeHTTP(w, r)
-				return
-			}
+		method, err := peekMethod(r)
+		if err != nil {
+			http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if method == methodDiscover {
+			stateless.ServeHTTP(w, r)
+			return
 		}
 		stateful.ServeHTTP(w, r)
 	})
+}
+
+// peekMethod returns the JSON-RPC method of a POST's body (up to 1 MiB), leaving the body
+// readable for the handler; "" for other requests and bodies that are not one request.
+func peekMethod(r *http.Request) (string, error) {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return "", nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var msg struct {
+		Method string `json:"method"`
+	}
+	_ = json.Unmarshal(body, &msg)
+	return msg.Method, nil
 }
 
 // trackListens wraps a stateless handler so that DropListenStreams can cut the live
 // subscriptions/listen responses.
 func (s *Server) trackListens(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Body == nil {
-			h.ServeHTTP(w, r)
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		method, err := peekMethod(r)
 		if err != nil {
 			http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var msg struct {
-			Method string `json:"method"`
-		}
-		if json.Unmarshal(body, &msg) != nil || msg.Method != methodListen {
+		if method != methodListen {
 			h.ServeHTTP(w, r)
 			return
 		}

@@ -17,22 +17,7 @@ import (
 // server over in-memory transports, pinned to [ProtocolVersion], and returns the initialized
 // client session. Closing the client session ends the server session.
 func (s *Server) ConnectInMemory(ctx context.Context, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, errServerClosed
-	}
-	st, ct := mcp.NewInMemoryTransports()
-	if _, err := s.mcp.Connect(ctx, st, nil); err != nil {
-		return nil, fmt.Errorf("chaosmcp: connect server side: %w", err)
-	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "chaosmcp-client", Version: "0"}, opts)
-	cs, err := c.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
-	if err != nil {
-		return nil, fmt.Errorf("chaosmcp: connect client side: %w", err)
-	}
-	return cs, nil
+	return s.ConnectInMemoryAt(ctx, opts, ProtocolVersion)
 }
 
 // Serve runs one session over t until the client ends it, the server ends it (Restart,
