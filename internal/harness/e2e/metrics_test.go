@@ -124,10 +124,15 @@ func TestMetricsScrape(t *testing.T) {
 	s.mustCLI("get", "metered", uri) // one guard verdict stored
 	s.mustCLI("revoke", "default", "metered", "--wait", "20s")
 
-	// The SDK's metrics reach the registry on tally's 1 s report interval.
+	// The SDK's metrics reach the registry on tally's 1 s report interval, and the revocation
+	// → close latency is observed by the close-fence activity just after the fence commits,
+	// so possibly after `revoke --wait` saw the fence and returned.
 	var fams map[string]*dto.MetricFamily
-	eventually(t, 15*time.Second, "temporal SDK metrics in /metrics", func() (bool, string) {
+	eventually(t, 15*time.Second, "temporal SDK metrics and the revocation close latency in /metrics", func() (bool, string) {
 		fams = scrapeMetrics(t, url)
+		if n, _ := sample(fams, "mcpsync_revocation_close_latency_seconds", nil); n < 1 {
+			return false, "no revocation close latency observed yet"
+		}
 		for name := range fams {
 			if strings.HasPrefix(name, "temporal_request") || strings.HasPrefix(name, "temporal_workflow_task") {
 				return true, ""
