@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 )
@@ -34,10 +35,18 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
+// warnLogger writes warnings to stderr. Not a logger bound to t: the server's and the
+// client's goroutines may still log while a test's cleanups stop them, and logging through
+// a finished test panics the whole test binary.
+func warnLogger() *zap.Logger {
+	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
+		zapcore.Lock(os.Stderr), zap.WarnLevel))
+}
+
 func start(t *testing.T, opts devtemporal.Options) *devtemporal.Server {
 	t.Helper()
 	if opts.Logger == nil {
-		opts.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+		opts.Logger = warnLogger()
 	}
 	s, err := devtemporal.Start(ctxFor(t), opts)
 	if err != nil {
@@ -52,7 +61,7 @@ func dial(t *testing.T, s *devtemporal.Server) client.Client {
 	c, err := client.DialContext(ctxFor(t), client.Options{
 		HostPort:  s.FrontendAddress(),
 		Namespace: s.Namespace(),
-		Logger:    devtemporal.SDKLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))),
+		Logger:    devtemporal.SDKLogger(warnLogger()),
 	})
 	if err != nil {
 		t.Fatalf("dial %s: %v", s.FrontendAddress(), err)
