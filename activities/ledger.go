@@ -138,7 +138,7 @@ func (a *Ledger) BeginSubscribe(ctx context.Context, in contract.TransitionInput
 
 // Activate moves SUBSCRIBING to ACTIVE on the same, still current session.
 func (a *Ledger) Activate(ctx context.Context, in contract.TransitionInput) (contract.TransitionOutput, error) {
-	return transition(a.Store.Activate(ctx, in.SubscriptionID, in.Generation, in.SessionGeneration))
+	return transition(a.Store.ActivateWatch(ctx, in.SubscriptionID, in.Generation, in.SessionGeneration, in.NotAcknowledged))
 }
 
 // MarkReconciliationRequired parks a live subscription in RECONCILIATION_REQUIRED.

@@ -124,17 +124,21 @@ func (a *Session) classify(c *mcphost.Conn, op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// MCPSubscribe sends resources/subscribe for the subscription on its session (the first
-// holder of the URI on the session sends it).
-func (a *Session) MCPSubscribe(ctx context.Context, call contract.SessionCall) error {
+// MCPSubscribe subscribes the subscription's URI on its session (R9): resources/subscribe on
+// a 2025-11-25 session (the first holder of the URI on the session sends it), a
+// subscriptions/listen stream's acknowledgement on a 2026-07-28 one. The output says whether
+// that acknowledgement left the URI out (then the subscription polls, R11); a listen never
+// acknowledged in time, or refused, is an error (a failed subscribe).
+func (a *Session) MCPSubscribe(ctx context.Context, call contract.SessionCall) (contract.SubscribeOutput, error) {
 	c, err := a.conn(call.SourceID, call.SessionGeneration)
 	if err != nil {
-		return err
+		return contract.SubscribeOutput{}, err
 	}
-	if err := c.Subscribe(ctx, call.ServerURI, call.SubscriptionID); err != nil {
-		return boundError(a.classify(c, "resources/subscribe", err))
+	res, err := c.Watch(ctx, call.ServerURI, call.SubscriptionID)
+	if err != nil {
+		return contract.SubscribeOutput{}, boundError(a.classify(c, "subscribe", err))
 	}
-	return nil
+	return contract.SubscribeOutput{NotAcknowledged: res.NotAcknowledged}, nil
 }
 
 // MCPUnsubscribe sends resources/unsubscribe when the subscription is the URI's last holder

@@ -162,14 +162,16 @@ func TestSessionActivities(t *testing.T) {
 		{"read on an old generation", read("demo://notes/1", gen-1), outcome{ErrType: contract.ErrTypeStaleSession, NonRetryable: true}},
 		{"read on a future generation", read("demo://notes/1", gen+1), outcome{ErrType: contract.ErrTypeStaleSession, NonRetryable: true}},
 		{"subscribe on an old generation", func() outcome {
-			return outcomeOf(contract.ReadOutput{}, a.MCPSubscribe(ctx, contract.SessionCall{SourceID: src.ID, SessionGeneration: gen - 1, ServerURI: "demo://notes/1", SubscriptionID: 1}))
+			_, err := a.MCPSubscribe(ctx, contract.SessionCall{SourceID: src.ID, SessionGeneration: gen - 1, ServerURI: "demo://notes/1", SubscriptionID: 1})
+			return outcomeOf(contract.ReadOutput{}, err)
 		}, outcome{ErrType: contract.ErrTypeStaleSession, NonRetryable: true}},
 		{"unsubscribe on an old generation", func() outcome {
 			_, err := a.MCPUnsubscribe(ctx, contract.SessionCall{SourceID: src.ID, SessionGeneration: gen - 1, ServerURI: "demo://notes/1", SubscriptionID: 1})
 			return outcomeOf(contract.ReadOutput{}, err)
 		}, outcome{ErrType: contract.ErrTypeStaleSession, NonRetryable: true}},
 		{"subscribe refused: no resources.subscribe", func() outcome {
-			return outcomeOf(contract.ReadOutput{}, a.MCPSubscribe(ctx, contract.SessionCall{SourceID: src2.ID, SessionGeneration: c2.Generation(), ServerURI: "demo://notes/1", SubscriptionID: 1}))
+			_, err := a.MCPSubscribe(ctx, contract.SessionCall{SourceID: src2.ID, SessionGeneration: c2.Generation(), ServerURI: "demo://notes/1", SubscriptionID: 1})
+			return outcomeOf(contract.ReadOutput{}, err)
 		}, outcome{ErrType: contract.ErrTypePermanent, NonRetryable: true}},
 	}
 	for _, tt := range tests {

@@ -1,8 +1,10 @@
 package workflows
 
 import (
+	"errors"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/mcpsync/mcpsync"
@@ -48,21 +50,27 @@ func (w *subscription) establish() {
 	}
 	w.st.SessionGeneration, w.st.HostQueue, w.st.CanSubscribe = sess.Generation, sess.HostQueue, sess.CanSubscribe
 	if sess.CanSubscribe {
-		f := workflow.ExecuteActivity(w.hostCtx(30*time.Second, 3), contract.ActMCPSubscribe, w.sessionCall())
-		w.await(f)
-		if w.m.State().Closing() {
+		out, err, closing := w.subscribe()
+		if closing {
 			return
 		}
-		if err := f.Get(w.ctx, nil); err != nil {
+		if err != nil {
 			w.apply(fsm.SubscribeFailed)
 			w.failEstablish(reasonf(err, "MCP subscribe"))
 			return
 		}
+		// Left out of the listen acknowledgement (2026-07-28): not watched, so it polls (R11).
+		// An older run's history has no output here: zero, as before.
+		w.st.NotAcknowledged = out.NotAcknowledged
+	} else {
+		w.st.NotAcknowledged = false
 	}
 	if w.m.State() != mcpsync.StateSubscribing {
 		return // a session change or close arrived meanwhile
 	}
-	if err := w.local(contract.ActActivate, w.transition(sess.Generation, ""), &tr); err != nil {
+	act := w.transition(sess.Generation, "")
+	act.NotAcknowledged = w.st.NotAcknowledged
+	if err := w.local(contract.ActActivate, act, &tr); err != nil {
 		w.apply(fsm.IdentityUnknown)
 		w.st.Reason = reasonf(err, "activation on generation %d failed", sess.Generation)
 		return
@@ -75,6 +83,76 @@ func (w *subscription) establish() {
 	w.apply(fsm.Subscribed)
 	w.st.EstablishFailures, w.st.Reason = 0, ""
 	w.apply(fsm.Update) // initial, session_change or reconcile read (R12)
+}
+
+// versionLocalSubscribe marks the runs that subscribe on the fast path (issue 16 item 4): a
+// local activity subscribes when the worker running the workflow task holds the session, so
+// BeginSubscribe, the subscribe, Activate and the first read chain in one workflow task, with
+// no activity task. A run whose history reached a subscribe before the patch replays the
+// host-queue activity.
+const versionLocalSubscribe = "local-subscribe"
+
+// LocalSubscribeHandoff bounds how long the fast path's subscribe may keep the workflow task
+// (which takes no signal meanwhile) before it is handed to the host queue, where the close
+// fence can pass while it is in flight as before. A variable so that tests can change it.
+var LocalSubscribeHandoff = time.Second
+
+// subscribe makes the server watch the URI on the session (R9) and returns what it
+// established, or the error of a failed subscribe; closing reports that the close fence
+// passed meanwhile (the subscribe's outcome no longer matters). Runs of the local-subscribe
+// patch try the fast path first (subscribeLocal); the host-queue activity is the fallback.
+func (w *subscription) subscribe() (out contract.SubscribeOutput, err error, closing bool) {
+	if patched(w.ctx, versionLocalSubscribe) {
+		var done bool
+		if out, err, done = w.subscribeLocal(); done {
+			// Signals delivered meanwhile are recorded, and the close fence passed, as the
+			// host path's await does.
+			w.drainSignals()
+			w.passCloseFence()
+			return out, err, w.m.State().Closing()
+		}
+	}
+	f := workflow.ExecuteActivity(w.hostCtx(30*time.Second, 3), contract.ActMCPSubscribe, w.sessionCall())
+	w.await(f)
+	if w.m.State().Closing() {
+		return out, nil, true
+	}
+	err = f.Get(w.ctx, &out)
+	return out, err, false
+}
+
+// subscribeLocal is the fast path: ActLocalSubscribe subscribes if this worker holds the
+// session. done reports that it decided the subscribe (out, or err: a stale session or a
+// refusal a retry cannot fix, exactly as ActMCPSubscribe would have failed); otherwise (another
+// worker holds the session, the subscribe did not answer within LocalSubscribeHandoff and goes
+// on here, or it failed transiently) the host queue subscribes, joining one still in flight.
+func (w *subscription) subscribeLocal() (out contract.SubscribeOutput, err error, done bool) {
+	ctx := workflow.WithLocalActivityOptions(w.ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: LocalSubscribeHandoff + 10*time.Second,
+		StartToCloseTimeout:    LocalSubscribeHandoff + 10*time.Second,
+		// One attempt: the host queue's retries apply to whatever this did not decide.
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var ls contract.LocalSubscribeOutput
+	err = workflow.ExecuteLocalActivity(ctx, contract.ActLocalSubscribe, contract.LocalSubscribeInput{
+		Call: w.sessionCall(), Handoff: LocalSubscribeHandoff,
+	}).Get(w.ctx, &ls)
+	switch {
+	case err != nil && (isStaleSession(err) || isPermanent(err)):
+		return out, err, true
+	case err != nil:
+		w.log.Warn("fast-path subscribe failed; subscribing on the host queue", "error", err)
+		return out, nil, false
+	case !ls.Here || ls.HandedOff:
+		return out, nil, false
+	}
+	return ls.Subscribe, nil, true
+}
+
+// isPermanent reports whether err is a session-bound call's refusal that no retry can fix.
+func isPermanent(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == contract.ErrTypePermanent
 }
 
 // failEstablish parks the subscription in RECONCILIATION_REQUIRED, in the machine and in the

@@ -289,7 +289,7 @@ func (w *subscription) idle() {
 			backstop, poll = w.st.BackstopSeconds, w.st.PollSeconds
 		}
 		period, reason := backstop, mcpsync.ReasonBackstop
-		if !w.st.CanSubscribe {
+		if !w.st.CanSubscribe || w.st.NotAcknowledged {
 			period, reason = poll, mcpsync.ReasonPoll
 		}
 		if period <= 0 {

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -179,6 +180,40 @@ func (w *subscription) onSessionChanged(s contract.SessionChanged) {
 	if s.Generation > w.st.SessionGeneration && s.Generation > w.st.PendingSessionChange {
 		w.st.PendingSessionChange = s.Generation
 	}
+	// A listen stream of the current generation ended without its complete result (issue 13
+	// item 4): a new epoch, acted on once (the newest pending one wins).
+	if s.ListenEpoch > 0 && s.Generation == w.st.SessionGeneration &&
+		(s.Generation > w.st.ListenGen || s.ListenEpoch > w.st.ListenEpoch) && s.ListenEpoch > w.st.PendingListenEpoch {
+		w.st.PendingListenEpoch = s.ListenEpoch
+	}
+}
+
+// applyListenEpoch acts on a pending listen epoch (issue 13 item 4): nothing that was sent
+// while the stream was down is replayed, so, as after a new session generation (R12), the
+// subscription leaves ACTIVE (the ledger marks it RECONCILIATION_REQUIRED first, which also
+// fences the reads in flight), subscribes again on the same session — the host answers once
+// the re-opened stream is acknowledged, or says the URI is no longer watched — and re-reads.
+func (w *subscription) applyListenEpoch() {
+	e := w.st.PendingListenEpoch
+	if e == 0 {
+		return
+	}
+	w.st.PendingListenEpoch = 0
+	if w.st.ListenGen == w.st.SessionGeneration && e <= w.st.ListenEpoch {
+		return
+	}
+	w.st.ListenGen, w.st.ListenEpoch = w.st.SessionGeneration, e
+	switch w.m.State() {
+	case mcpsync.StateActive, mcpsync.StateUpdateSeen, mcpsync.StateReadPending, mcpsync.StateVersionAccepted:
+	default:
+		return // closing, establishing or waiting already: its next subscribe covers the epoch
+	}
+	reason := fmt.Sprintf("listen stream ended without complete (generation %d, epoch %d)", w.st.SessionGeneration, e)
+	if w.apply(fsm.SessionEnded) {
+		w.st.PendingMark = reason
+		w.nextReason = mcpsync.ReasonSessionChange
+		w.st.Reason = reason
+	}
 }
 
 // applyPending acts on recorded signals. The close fence comes first, at once (R18): a read
@@ -204,6 +239,7 @@ func (w *subscription) applyPending() {
 			}
 		}
 	}
+	w.applyListenEpoch()
 	if w.st.PendingReconcile {
 		w.st.PendingReconcile = false
 		w.st.EstablishFailures = 0

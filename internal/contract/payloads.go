@@ -27,12 +27,22 @@ type SubscriptionState struct {
 	Generation        int64
 	SessionGeneration int64
 	HostQueue         string
-	CanSubscribe      bool          // the session negotiated resources.subscribe
-	Machine           mcpsync.State // the workflow state machine's state
-	Dirty             bool
-	Reason            string // why the subscription is not ACTIVE, if it is not
-	ReadSeq           int64  // request IDs issued so far by this workflow
-	CloseEpoch        int64
+	CanSubscribe      bool // the session negotiated resources.subscribe
+	// NotAcknowledged: on a 2026-07-28 session the server's subscriptions/listen
+	// acknowledgement left this URI out, so nothing watches it and the subscription polls
+	// (R11, issue 13 item 3) although CanSubscribe is set (its URI stays in the host's listen
+	// set, so closing still releases it).
+	NotAcknowledged bool
+	// ListenGen and ListenEpoch are the newest listen-stream epoch acted on (issue 13 item 4):
+	// a SessionChanged of the same session generation with a higher ListenEpoch re-establishes.
+	ListenGen, ListenEpoch int64
+	// PendingListenEpoch is an epoch signalled but not acted on yet (0: none).
+	PendingListenEpoch int64
+	Machine            mcpsync.State // the workflow state machine's state
+	Dirty              bool
+	Reason             string // why the subscription is not ACTIVE, if it is not
+	ReadSeq            int64  // request IDs issued so far by this workflow
+	CloseEpoch         int64
 	// Pending signals recorded but not yet acted on.
 	PendingUnsubscribe   string // reason, when an unsubscribe or revoke is pending
 	PendingSessionChange int64
@@ -119,8 +129,14 @@ type Unsubscribe struct {
 
 // SessionChanged tells a subscription that its source has a new session generation: its
 // notifications may have been lost (R12).
+//
+// On a 2026-07-28 session a subscriptions/listen stream that ended without its complete
+// result is a new epoch within the generation (issue 13 item 4): ListenEpoch > 0 then numbers
+// it (increasing within the generation) and Generation is the current one; nothing was
+// replayed, so the subscription re-establishes and re-reads as after a new generation.
 type SessionChanged struct {
-	Generation int64
+	Generation  int64
+	ListenEpoch int64 `json:",omitempty"`
 }
 
 // Reconcile asks a subscription to leave RECONCILIATION_REQUIRED now.
@@ -173,6 +189,9 @@ type TransitionInput struct {
 	SessionGeneration int64
 	CloseEpoch        int64
 	Reason            string
+	// NotAcknowledged (Activate only) records that the URI is not watched on this session
+	// (SubscribeOutput.NotAcknowledged): status then shows polling (issue 13 item 3).
+	NotAcknowledged bool `json:",omitempty"`
 }
 
 // TransitionOutput is the ledger's outcome of a transition.
@@ -250,6 +269,15 @@ type SessionCall struct {
 	SessionGeneration int64
 	ServerURI         string
 	SubscriptionID    int64
+}
+
+// SubscribeOutput is what MCPSubscribe established (R9). On a 2025-11-25 session an
+// acknowledged resources/subscribe is the whole answer (zero value). On a 2026-07-28 session
+// the URI rides on a subscriptions/listen stream, and NotAcknowledged reports that the
+// stream's acknowledgement left it out: the server does not watch it, so the subscription
+// refreshes by polling with its published staleness bound (R11, issue 13 item 3).
+type SubscribeOutput struct {
+	NotAcknowledged bool `json:",omitempty"`
 }
 
 // UnsubscribeOutput reports whether the server acknowledged. Sent is false when the host did

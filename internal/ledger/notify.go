@@ -117,3 +117,21 @@ func (s *Store) AuditMalformedNotification(ctx context.Context, sourceID, sessio
 	}
 	return mcpsync.ReceiptNotificationMalformedURI, nil
 }
+
+// AuditStaleListenNotification records a notifications/resources/updated that arrived on a
+// 2026-07-28 session carrying the subscription ID of no current subscriptions/listen stream
+// (an ended epoch's, or one the client never opened): NOTIFICATION_OLD_SESSION, like a
+// notification of an older session generation (R12, issue 13 item 4). It routes nothing.
+// seq numbers the audits of the session, so that a retried audit is recorded once.
+func (s *Store) AuditStaleListenNotification(ctx context.Context, sourceID, sessionGen, seq int64, serverURI, subscriptionID string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO receipts (idem_key, kind, source_id, session_generation, uri, detail)
+		VALUES ($1, $2, $3, $4, $5, jsonb_build_object('seq', $6::bigint, 'listenSubscriptionId', $7::text,
+			'problem', 'subscription ID of no current subscriptions/listen stream'))
+		ON CONFLICT (idem_key) DO NOTHING`,
+		fmt.Sprintf("audit-stale-listen:%d:%d:%d", sourceID, sessionGen, seq), mcpsync.ReceiptNotificationOld,
+		sourceID, sessionGen, SafeText(serverURI), seq, SafeText(Bounded(subscriptionID, 64)))
+	if err != nil {
+		return fmt.Errorf("ledger: audit stale listen notification: %w", err)
+	}
+	return nil
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mcpsync/mcpsync"
 )
 
@@ -38,6 +40,33 @@ func (s *Store) Reestablished(ctx context.Context, gen int64, ids []int64) ([]in
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: reestablished subscriptions: %w", err)
+	}
+	return out, nil
+}
+
+// Watching returns the subscriptions of the source bound to session generation gen whose
+// server URI is one of serverURIs and that are subscribing or live (SUBSCRIBING, ACTIVE,
+// TOMBSTONE_PENDING), ordered by id: the ones a 2026-07-28 listen stream of that session
+// carried, told of its end (issue 13 item 4). Advisory like Reestablished: each told
+// subscription's own transitions carry the fences.
+func (s *Store) Watching(ctx context.Context, sourceID, gen int64, serverURIs []string) ([]LiveSubscription, error) {
+	if len(serverURIs) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, workflow_id, state FROM subscriptions
+		WHERE source_id = $1 AND session_generation = $2 AND server_uri = ANY($3)
+		  AND state IN ('SUBSCRIBING', 'ACTIVE', 'TOMBSTONE_PENDING')
+		ORDER BY id`, sourceID, gen, serverURIs)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: watching subscriptions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LiveSubscription, error) {
+		var l LiveSubscription
+		err := r.Scan(&l.ID, &l.WorkflowID, &l.State)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: watching subscriptions: %w", err)
 	}
 	return out, nil
 }

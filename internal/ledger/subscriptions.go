@@ -37,6 +37,9 @@ type Subscription struct {
 	EndedAt                *time.Time
 	UpdatedAt              time.Time
 	PreviousAcceptedDigest string
+	// NotAcknowledged: the server left the URI out of its subscriptions/listen
+	// acknowledgement on SessionGeneration, so it is polled (issue 13 item 3).
+	NotAcknowledged bool
 }
 
 const subscriptionColumns = `s.id, s.principal, s.source_id, so.name, s.uri, s.server_uri,
@@ -44,7 +47,7 @@ const subscriptionColumns = `s.id, s.principal, s.source_id, so.name, s.uri, s.s
 	s.last_issued_ordinal, s.last_accepted_ordinal, coalesce(s.last_accepted_digest, ''),
 	s.last_accepted_at, s.last_verified_at, s.last_notification_gen, s.last_notification_seq,
 	s.close_ordinal, s.close_epoch, s.started_at, s.ended_at, s.updated_at,
-	coalesce(s.previous_accepted_digest, '')`
+	coalesce(s.previous_accepted_digest, ''), s.not_acknowledged`
 
 func scanSubscription(row pgx.Row) (Subscription, error) {
 	var x Subscription
@@ -52,7 +55,7 @@ func scanSubscription(row pgx.Row) (Subscription, error) {
 		&x.WorkflowID, &x.State, &x.StateReason, &x.Generation, &x.SessionGeneration,
 		&x.LastIssuedOrdinal, &x.LastAcceptedOrdinal, &x.LastAcceptedDigest, &x.LastAcceptedAt,
 		&x.LastVerifiedAt, &x.LastNotificationGen, &x.LastNotificationSeq, &x.CloseOrdinal,
-		&x.CloseEpoch, &x.StartedAt, &x.EndedAt, &x.UpdatedAt, &x.PreviousAcceptedDigest)
+		&x.CloseEpoch, &x.StartedAt, &x.EndedAt, &x.UpdatedAt, &x.PreviousAcceptedDigest, &x.NotAcknowledged)
 	return x, err
 }
 
@@ -261,11 +264,18 @@ func (s *Store) BeginSubscribe(ctx context.Context, id, gen, sessionGen int64) (
 // server lacks resources.subscribe and we poll, R11), only on the same, still current and
 // live session. A repeated call returns AlreadyDone.
 func (s *Store) Activate(ctx context.Context, id, gen, sessionGen int64) (TransitionResult, error) {
+	return s.ActivateWatch(ctx, id, gen, sessionGen, false)
+}
+
+// ActivateWatch is Activate recording whether the server left the URI out of its
+// subscriptions/listen acknowledgement on this session (issue 13 item 3): such a
+// subscription is not watched and polls (R11); status shows it as polling.
+func (s *Store) ActivateWatch(ctx context.Context, id, gen, sessionGen int64, notAcknowledged bool) (TransitionResult, error) {
 	return s.transition(ctx, mcpsync.ReceiptActivated, id, gen, sessionGen, mcpsync.StateActive, liveSession, `
-		UPDATE subscriptions s SET state = 'ACTIVE', state_reason = '', updated_at = now()
+		UPDATE subscriptions s SET state = 'ACTIVE', state_reason = '', not_acknowledged = $4, updated_at = now()
 		FROM live
 		WHERE s.id = $1 AND s.generation = $2 AND s.session_generation = $3
-		  AND s.source_id = live.source_id AND s.state = 'SUBSCRIBING'`, id, gen, sessionGen)
+		  AND s.source_id = live.source_id AND s.state = 'SUBSCRIBING'`, id, gen, sessionGen, notAcknowledged)
 }
 
 // MarkReconciliationRequired parks a live subscription whose identity or session is in doubt

@@ -44,6 +44,13 @@ type Conn struct {
 	// nmu); AwaitQuiet reads it.
 	lastPulse map[string]time.Time
 
+	// listen carries the resource subscriptions of a 2026-07-28 session on
+	// subscriptions/listen streams (listenhost.go); nil on a 2025-11-25 session.
+	listen *ListenSet
+	// listenEpochs numbers the listen epochs of this session (SessionChanged.ListenEpoch);
+	// staleSeq numbers its audited stale listen notifications.
+	listenEpochs, staleSeq atomic.Int64
+
 	mu sync.Mutex
 	// uris holds, per server URI, the server-side subscription of this session and the
 	// subscriptions holding it.
@@ -100,17 +107,17 @@ func (c *Conn) uriSub(serverURI string, create bool) *uriSubscription {
 	return us
 }
 
-// Subscribe makes sure the server-side subscription of serverURI exists on this session and
-// records subscriptionID as one of its holders. Only a subscriber that finds no confirmed
-// server-side subscription sends resources/subscribe; on error it does not become a holder.
-//
-// On a session of the 2026-07-28 era it sends nothing and returns ErrSubscribeUnsupported (the
-// era policy in era.go): the receipt of such a session says Subscribe=false, so subscriptions
-// poll (R11) and never ask.
+// Subscribe is Watch without its result: it makes sure the server-side subscription of
+// serverURI exists on this session and records subscriptionID as one of its holders. Only a
+// subscriber that finds no confirmed server-side subscription sends resources/subscribe; on
+// error it does not become a holder.
 func (c *Conn) Subscribe(ctx context.Context, serverURI string, subscriptionID int64) error {
-	if IsModern(c.caps.ProtocolVersion) {
-		return fmt.Errorf("resources/subscribe %s: %w", serverURI, ErrSubscribeUnsupported)
-	}
+	_, err := c.Watch(ctx, serverURI, subscriptionID)
+	return err
+}
+
+// subscribeLegacy is Watch on a 2025-11-25 session: resources/subscribe.
+func (c *Conn) subscribeLegacy(ctx context.Context, serverURI string, subscriptionID int64) error {
 	us := c.uriSub(serverURI, true)
 	us.mu.Lock()
 	defer us.mu.Unlock()
@@ -144,6 +151,13 @@ func (c *Conn) Unsubscribe(ctx context.Context, serverURI string, subscriptionID
 	}
 	// Whatever the answer, the server side is no longer known to be subscribed.
 	us.confirmed = false
+	if c.listen != nil {
+		// 2026-07-28: the URI leaves the listen set; a stream left without URIs is cancelled
+		// (its end is our own, no epoch).
+		c.listen.Unwatch([]string{serverURI})
+		delete(us.holders, subscriptionID)
+		return true, nil
+	}
 	if err := c.cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: serverURI}); err != nil {
 		return true, fmt.Errorf("resources/unsubscribe %s: %w", serverURI, err)
 	}

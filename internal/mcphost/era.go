@@ -23,30 +23,13 @@ const (
 	ProtocolModern = ledger.ProtocolModern
 )
 
-// Era policy of `--protocol auto` for this round (issue 13 item 1).
-//
-// auto tries the legacy era first (initialize at 2025-11-25) and moves to 2026-07-28 only
-// when the server refuses it; a pinned revision is used alone. The reason: the host's
-// subscription machinery (resources/subscribe acknowledged per URI, the event stream,
-// keep-alive) is the legacy era's, and the modern era's replacement (subscriptions/listen
-// streams whose acknowledgement is the subscribe ACK, epochs) is not built yet. The go-sdk's
-// own 2026 Subscribe cannot stand in for it: it returns before the server acknowledged and
-// never reports a refusal, so a subscription would be shown as real-time while nothing watches
-// it (R9). Until the listen streams exist, a modern session refuses resources/subscribe
-// (ErrSubscribeUnsupported) and its capability receipt says Subscribe=false, so its
-// subscriptions refresh by polling with the source's published staleness bound (R11), the
-// same path as a server without resources.subscribe. Trying server/discover first is not an
-// option for auto: a go-sdk server that answered server/discover refuses a later initialize
-// on the same connection ("duplicate initialize"), so the legacy era could then not be
-// reached without a second connection.
-//
-// When the listen streams land, auto becomes "newest both speak" by trying ProtocolModern
-// first (the go-sdk then falls back to initialize by itself); Connect records what was
-// negotiated either way.
-
-// ErrSubscribeUnsupported is returned by Conn.Subscribe on a session of the modern era: the
-// host does not subscribe there yet, the subscription polls (R11).
-var ErrSubscribeUnsupported = errors.New("mcphost: resources/subscribe is not used on a 2026-07-28 session (subscriptions poll until subscriptions/listen streams are built)")
+// Era policy of `--protocol auto` (issue 13 item 1): the newest revision both sides speak.
+// auto connects asking for 2026-07-28: the go-sdk sends server/discover and, when the server
+// does not serve it (a legacy server answers -32601, a stateful HTTP handler refuses it), falls
+// back to initialize at 2025-11-25 on the same connection by itself. A pinned revision is
+// used alone and checked. Connect records what was negotiated either way
+// (cs.InitializeResult().ProtocolVersion). On a 2026-07-28 session resource subscriptions ride
+// on subscriptions/listen streams (listenhost.go).
 
 // EraError is a connect that did not reach the revision the source pinned: the server does
 // not speak it. It is a configuration error (the source's health is FAILED with its text):
@@ -73,9 +56,8 @@ func (e *EraError) Unwrap() error { return e.Err }
 // Connect opens a client session on a transport from newTransport as the protocol choice
 // says (ledger.Connection.Protocol: "", auto, 2025-11-25 or 2026-07-28) and returns it with
 // the transport it runs on. A pinned revision the server does not negotiate is an *EraError
-// (the session is closed). auto tries 2025-11-25 and, when the server refuses it, builds a new
-// transport and connects at 2026-07-28 (see the era policy above); the revision negotiated is
-// cs.InitializeResult().ProtocolVersion either way.
+// (the session is closed). auto takes the newest revision both sides speak (see the era
+// policy above); the revision negotiated is cs.InitializeResult().ProtocolVersion either way.
 func Connect(ctx context.Context, client *mcp.Client, choice string, newTransport func() (mcp.Transport, error)) (*mcp.ClientSession, mcp.Transport, error) {
 	switch choice {
 	case "", ledger.ProtocolAuto:
@@ -83,19 +65,8 @@ func Connect(ctx context.Context, client *mcp.Client, choice string, newTranspor
 		if err != nil {
 			return nil, nil, err
 		}
-		cs, legacyErr := client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolLegacy})
-		if legacyErr == nil || !refusedEra(legacyErr) || ctx.Err() != nil {
-			return cs, tr, legacyErr
-		}
-		tr2, err := newTransport()
-		if err != nil {
-			return nil, tr, legacyErr
-		}
-		cs, err = connectPinned(ctx, client, tr2, ProtocolModern)
-		if err != nil {
-			return nil, tr2, fmt.Errorf("initialize at %s: %w; then at %s: %w", ProtocolLegacy, legacyErr, ProtocolModern, err)
-		}
-		return cs, tr2, nil
+		cs, err := client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolModern})
+		return cs, tr, err
 	case ProtocolLegacy, ProtocolModern:
 		tr, err := newTransport()
 		if err != nil {
@@ -329,9 +300,11 @@ func (c *Conn) auditProtocol(ctx context.Context, e *ProtocolError) {
 // keepModernAlive pings a 2026-07-28 session every interval until stop is closed, and closes
 // the session after two consecutive failed pings (each waited for interval/2), so that a
 // server that died is noticed as for a legacy session (the go-sdk runs its keep-alive for
-// legacy sessions only, and a stateless HTTP session has no stream whose end would tell). A
-// server that does not know ping (-32601) is not pinged again: its death is then noticed by
-// the next call that fails.
+// legacy sessions only, and a stateless HTTP session has no stream whose end would tell). Any
+// answer from the server counts as alive, a JSON-RPC error included: a 2026-07-28 server may
+// not serve ping at all (the go-sdk's answers -32601), and answering proves it is up. Only a
+// failure to reach it (a transport error, the go-sdk's -32005 "rejected by transport", a
+// timeout) counts.
 func keepModernAlive(cs *mcp.ClientSession, interval time.Duration, stop <-chan struct{}, log *zap.Logger) {
 	if interval <= 0 {
 		return
@@ -346,15 +319,11 @@ func keepModernAlive(cs *mcp.ClientSession, interval time.Duration, stop <-chan 
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), interval/2)
-		err := cs.Ping(ctx, nil)
+		err := cs.Ping(ctx, modernPingParams(cs))
 		cancel()
-		if err == nil {
+		if err == nil || serverAnswered(err) {
 			failures = 0
 			continue
-		}
-		if werr, ok := errors.AsType[*jsonrpc.Error](err); ok && werr.Code == jsonrpc.CodeMethodNotFound {
-			log.Warn("the server does not answer ping: a dead server is noticed at the next failing call")
-			return
 		}
 		if failures++; failures >= 2 {
 			log.Warn("keep-alive: the server stopped answering; ending the session", zap.Error(err))
@@ -362,4 +331,25 @@ func keepModernAlive(cs *mcp.ClientSession, interval time.Duration, stop <-chan 
 			return
 		}
 	}
+}
+
+// codeRejectedByTransport is the go-sdk's JSON-RPC code for a request its transport could
+// not deliver (internal/jsonrpc2 ErrRejected): no answer from the server.
+const codeRejectedByTransport = -32005
+
+// serverAnswered reports whether err is a JSON-RPC error the server itself answered.
+func serverAnswered(err error) bool {
+	werr, ok := errors.AsType[*jsonrpc.Error](err)
+	return ok && werr.Code != codeRejectedByTransport
+}
+
+// modernPingParams carries the per-request _meta that a 2026-07-28 server requires on every
+// call (protocol version, client capabilities): go-sdk v1.8.0 adds it to its other calls but
+// not to Ping, which a stateless HTTP server then rejects ("missing or invalid _meta field"),
+// and the keep-alive would end a healthy session.
+func modernPingParams(cs *mcp.ClientSession) *mcp.PingParams {
+	return &mcp.PingParams{Meta: mcp.Meta{
+		mcp.MetaKeyProtocolVersion:    negotiated(cs),
+		mcp.MetaKeyClientCapabilities: map[string]any{},
+	}}
 }

@@ -2,7 +2,6 @@ package mcphost_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -33,7 +32,8 @@ func TestConnectEras(t *testing.T) {
 		{server: "legacy-only", choice: ledger.ProtocolAuto, want: legacy},
 		{server: "legacy-only", choice: legacy, want: legacy},
 		{server: "legacy-only", choice: modern, wantErr: "pins MCP 2026-07-28 (--protocol) but the server negotiated 2025-11-25"},
-		{server: "both", choice: ledger.ProtocolAuto, want: legacy},
+		{server: "both", choice: ledger.ProtocolAuto, want: modern},
+		{server: "both", choice: "", want: modern},
 		{server: "both", choice: legacy, want: legacy},
 		{server: "both", choice: modern, want: modern},
 		{server: "modern-only", choice: ledger.ProtocolAuto, want: modern},
@@ -65,8 +65,8 @@ func TestConnectEras(t *testing.T) {
 			if got := cs.InitializeResult().ProtocolVersion; got != tt.want {
 				t.Errorf("negotiated %s, want %s", got, tt.want)
 			}
-			if tt.server == "modern-only" && tt.choice == ledger.ProtocolAuto && transports != 2 {
-				t.Errorf("auto used %d transports, want 2 (initialize refused, then 2026-07-28)", transports)
+			if transports != 1 {
+				t.Errorf("connect used %d transports, want 1 (the go-sdk falls back from server/discover to initialize on the same connection)", transports)
 			}
 		})
 	}
@@ -84,10 +84,9 @@ func modernHost(t *testing.T, f *fixture, s *chaosmcp.Server, choice string) (*m
 	return f.waitSession(h, src.ID, 0), src
 }
 
-// TestModernSessionReceipt: a session pinned to 2026-07-28 records that era in its receipt,
-// declares Subscribe=false whatever the server says (the host polls there until listen
-// streams exist) and refuses resources/subscribe clearly; the declared capability stays in
-// the raw receipt.
+// TestModernSessionReceipt: a session pinned to 2026-07-28 records that era and the
+// server's declared capabilities in its receipt, and a subscribe there rides on a
+// subscriptions/listen stream that the server acknowledges.
 func TestModernSessionReceipt(t *testing.T) {
 	f := newFixture(t)
 	s := chaosmcp.New(chaosmcp.Options{ProtocolVersions: chaosmcp.AllProtocolVersions})
@@ -99,21 +98,14 @@ func TestModernSessionReceipt(t *testing.T) {
 		t.Fatalf("%d sessions, want 1", len(rows))
 	}
 	got := rows[0].Caps
-	want := ledger.CapabilityReceipt{ProtocolVersion: ledger.ProtocolModern, Resources: true, Subscribe: false,
+	want := ledger.CapabilityReceipt{ProtocolVersion: ledger.ProtocolModern, Resources: true, Subscribe: true,
 		ListChanged: true, ServerName: "chaosmcp", ServerVersion: "0.1.0"}
 	if diff := cmp.Diff(want, got, cmpIgnoreRaw); diff != "" {
 		t.Errorf("receipt (-want +got):\n%s", diff)
 	}
-	var declared mcp.ServerCapabilities
-	if err := json.Unmarshal(got.Raw, &declared); err != nil || declared.Resources == nil || !declared.Resources.Subscribe {
-		t.Errorf("raw capabilities %s lost the server's declared subscribe", got.Raw)
-	}
-	err := c.Subscribe(f.ctx, "demo://a", 1)
-	if !errors.Is(err, mcphost.ErrSubscribeUnsupported) {
-		t.Errorf("Subscribe on a 2026-07-28 session: %v, want ErrSubscribeUnsupported", err)
-	}
-	if st := s.Stats(); st.SubscribeCalls != 0 {
-		t.Errorf("the server saw %d subscribe calls, want 0", st.SubscribeCalls)
+	res, err := c.Watch(f.ctx, "demo://a", 1)
+	if err != nil || res.NotAcknowledged {
+		t.Fatalf("Watch on a 2026-07-28 session = %+v, %v; want acknowledged", res, err)
 	}
 }
 

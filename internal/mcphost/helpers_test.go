@@ -366,3 +366,16 @@ func procState(pid int) string {
 	}
 	return s[i+2 : i+3]
 }
+
+// chaosHTTPBothEras is chaosHTTP serving both eras on one endpoint (2026-07-28 stateless).
+func (f *fixture) chaosHTTPBothEras(opts chaosmcp.Options) (*chaosmcp.Server, *chaosmcp.HTTPServer) {
+	f.t.Helper()
+	srv := chaosmcp.New(opts)
+	f.t.Cleanup(func() { srv.Close() })
+	hs, err := srv.StartHTTPBothEras("127.0.0.1:0")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { hs.Close() })
+	return srv, hs
+}

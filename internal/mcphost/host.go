@@ -65,6 +65,9 @@ type Options struct {
 	KeepAlive time.Duration
 	// ConnectTimeout bounds connecting and initializing a session (default 30 s).
 	ConnectTimeout time.Duration
+	// ListenAckTimeout bounds the wait for a 2026-07-28 subscriptions/listen stream's
+	// acknowledgement (default 10 s): its URIs are then a failed subscribe (issue 13 item 3).
+	ListenAckTimeout time.Duration
 	// Transport builds the transport of a source; nil means stdio child process or
 	// streamable HTTP as the source says.
 	Transport func(ctx context.Context, src ledger.Source) (mcp.Transport, error)

@@ -23,7 +23,7 @@ import (
 // ListenSet watches a set of URIs on one 2026-07-28 client session through
 // subscriptions/listen streams (issue 13 items 2–4). Set up: NewListenSet, Install on the
 // client, WrapHTTPClient or WrapTransport for the transport, Connect, Bind; then Watch and
-// Unwatch. Until the host wires it, nothing in the host uses it.
+// Unwatch. The session host runs one per 2026-07-28 session (listenhost.go).
 //
 // It keeps the URIs on subscriptions/listen streams of at most BatchSize URIs each. Layout (measured by
 // TestListenLayout, 1,000 URIs on one HTTP server): one stream per URI, what the go-sdk's own
@@ -186,8 +186,12 @@ type watchEntry struct {
 	state   WatchState
 	err     error
 	stream  *listenStream
-	decided chan struct{} // closed at the first decision
-	told    bool          // the first decision was made (later ones go to OnState)
+	decided chan struct{} // closed at the first decision (again after an epoch: see ended)
+	told    bool          // the current decided channel is closed
+	// redecide: an epoch re-opened the entry's stream after it had been decided; its next
+	// decision closes a new decided channel (a Watch made meanwhile waits for the re-opened
+	// stream's acknowledgement) and is also reported to OnState.
+	redecide bool
 }
 
 type listenStream struct {
@@ -344,7 +348,8 @@ func (l *ListenSet) Watch(ctx context.Context, uris []string) (map[string]WatchS
 		l.mu.Unlock()
 		return nil, errors.New("mcphost: listen set not bound to a session")
 	}
-	waits := make(map[string]*watchEntry, len(uris))
+	waits := make(map[string]chan struct{}, len(uris))
+	entries := make(map[string]*watchEntry, len(uris))
 	for _, u := range uris {
 		e := l.entries[u]
 		if e != nil && e.state == WatchFailed {
@@ -366,7 +371,7 @@ func (l *ListenSet) Watch(ctx context.Context, uris []string) (map[string]WatchS
 				l.pending = append(l.pending, u)
 			}
 		}
-		waits[u] = e
+		waits[u], entries[u] = e.decided, e
 	}
 	if len(l.pending) >= l.opts.BatchSize {
 		l.flushLocked()
@@ -375,14 +380,14 @@ func (l *ListenSet) Watch(ctx context.Context, uris []string) (map[string]WatchS
 	}
 	l.mu.Unlock()
 	out := make(map[string]WatchState, len(uris))
-	for u, e := range waits {
+	for u, decided := range waits {
 		select {
-		case <-e.decided:
+		case <-decided:
 		case <-ctx.Done():
 			return out, fmt.Errorf("waiting for the acknowledgement of %s: %w", u, ctx.Err())
 		}
 		l.mu.Lock()
-		out[u] = e.state
+		out[u] = entries[u].state
 		l.mu.Unlock()
 	}
 	return out, nil
@@ -607,7 +612,7 @@ func (l *ListenSet) decideLocked(uri string, e *watchEntry, st WatchState, err e
 	if !e.told {
 		e.told = true
 		close(e.decided)
-		return stateNote{uri: uri, state: st, err: err}
+		return stateNote{uri: uri, state: st, err: err, later: e.redecide}
 	}
 	return stateNote{uri: uri, state: st, err: err, later: true}
 }
@@ -762,7 +767,11 @@ func (l *ListenSet) ended(token, id string, err error, serverRefused bool) {
 		e := l.entries[u]
 		e.stream = next
 		if e.told {
-			e.state = WatchPending
+			// Decided before: pending again until the re-opened stream is acknowledged. A
+			// Watch from now on waits for that decision, so that a subscription
+			// re-establishing after this epoch reads only once the stream watches again.
+			e.state, e.told, e.redecide = WatchPending, false, true
+			e.decided = make(chan struct{})
 		}
 	}
 	if st.control {

@@ -45,6 +45,9 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 		KeepAliveFailureThreshold:  2,
 	})
 	GuardClient(client, Guard{Audit: c.auditProtocol})
+	listen := c.newListenSet(log)
+	listen.Install(client)
+	defer listen.Close()
 	cctx, cancel := context.WithTimeout(ctx, h.opts.ConnectTimeout)
 	var built bool
 	cs, tr, err := Connect(cctx, client, src.Connection.Protocol, func() (mcp.Transport, error) {
@@ -53,7 +56,7 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 			return nil, &configError{err}
 		}
 		built = true
-		return tr, nil
+		return tapListen(listen, tr), nil
 	})
 	cancel()
 	if err != nil {
@@ -68,6 +71,10 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 	}
 	c.cs = cs
 	c.caps = receipt(cs)
+	if IsModern(c.caps.ProtocolVersion) {
+		listen.Bind(cs)
+		c.listen = listen
+	}
 	if !c.caps.Resources {
 		log.Warn("server does not declare the resources capability", zap.String("server", c.caps.ServerName))
 	}
@@ -159,14 +166,18 @@ const signalParallelism = 8
 // subscription is fenced in the ledger anyway, so its next read is refused and it
 // re-establishes itself.
 func (h *Host) signalSessionChanged(ctx context.Context, gen int64, live []ledger.LiveSubscription, log *zap.Logger) {
+	h.signalChanged(ctx, contract.SessionChanged{Generation: gen}, live, log)
+}
+
+// signalChanged sends sc to every subscription of live (signalSessionChanged; a listen epoch).
+func (h *Host) signalChanged(ctx context.Context, sc contract.SessionChanged, live []ledger.LiveSubscription, log *zap.Logger) {
 	work := make(chan ledger.LiveSubscription)
 	var wg sync.WaitGroup
 	for range min(signalParallelism, len(live)) {
 		wg.Go(func() {
 			for sub := range work {
 				err := retry(ctx, func(ctx context.Context) error {
-					return h.opts.Signaler.SignalWorkflow(ctx, sub.WorkflowID, "", contract.SignalSessionChanged,
-						contract.SessionChanged{Generation: gen})
+					return h.opts.Signaler.SignalWorkflow(ctx, sub.WorkflowID, "", contract.SignalSessionChanged, sc)
 				})
 				if err != nil {
 					log.Warn("session-changed signal not delivered", zap.String("workflow", sub.WorkflowID), zap.Error(err))
@@ -203,10 +214,10 @@ func retry(ctx context.Context, f func(context.Context) error) error {
 }
 
 // receipt is the capability receipt of a connected session (R1, R9): the revision it
-// negotiated (its era) and the capabilities the host can use on it. Subscribe is what the host
-// honours: on a 2026-07-28 session it is false whatever the server declares (the era policy in
-// era.go: subscriptions poll until subscriptions/listen streams are built); Raw keeps the
-// capabilities exactly as the server declared them.
+// negotiated (its era) and the capabilities the host can use on it (on a 2026-07-28 session
+// Subscribe means subscriptions/listen carries resource subscriptions; which URIs a stream
+// honours is per URI, recorded by Activate). Raw keeps the capabilities exactly as the server
+// declared them.
 func receipt(cs *mcp.ClientSession) ledger.CapabilityReceipt {
 	r := ledger.CapabilityReceipt{ProtocolVersion: ProtocolVersion}
 	ir := cs.InitializeResult()
@@ -219,7 +230,7 @@ func receipt(cs *mcp.ClientSession) ledger.CapabilityReceipt {
 	}
 	if caps := ir.Capabilities; caps != nil {
 		if caps.Resources != nil {
-			r.Resources, r.Subscribe, r.ListChanged = true, caps.Resources.Subscribe && !IsModern(r.ProtocolVersion), caps.Resources.ListChanged
+			r.Resources, r.Subscribe, r.ListChanged = true, caps.Resources.Subscribe, caps.Resources.ListChanged
 		}
 		_, r.SnapshotIDs = caps.Experimental[SnapshotCapability]
 		r.Raw, _ = json.Marshal(caps)
