@@ -80,7 +80,7 @@ func TestListenEpochReestablishes(t *testing.T) {
 		h.signal(contract.SignalSessionChanged, contract.SessionChanged{Generation: gen, ListenEpoch: 1})
 	})
 	h.at(2*time.Minute, func() {
-		h.signal(contract.SignalSessionChanged, contract.SessionChanged{Generation: gen, ListenEpoch: 1})  // repeated
+		h.signal(contract.SignalSessionChanged, contract.SessionChanged{Generation: gen, ListenEpoch: 1})     // repeated
 		h.signal(contract.SignalSessionChanged, contract.SessionChanged{Generation: gen - 1, ListenEpoch: 9}) // older generation
 	})
 	h.at(3*time.Minute, func() { h.signal(contract.SignalUnsubscribe, contract.Unsubscribe{ID: "u1"}) })
