@@ -15,8 +15,8 @@ import (
 )
 
 // TestSourceCheckProtocol: `source check --protocol` (issue 13 item 1) negotiates as a worker
-// would: auto speaks 2025-11-25 with a server of both eras, a pin is honoured, a pin the
-// server does not speak is one clear line and exit 1, and a bad value is a usage error.
+// would: auto speaks the newest era both sides speak (2026-07-28 with a server of both eras,
+// 2025-11-25 with a legacy one), a pin is honoured, a pin the server does not speak is one clear line and exit 1, and a bad value is a usage error.
 func TestSourceCheckProtocol(t *testing.T) {
 	both := chaosmcp.New(chaosmcp.Options{ProtocolVersions: chaosmcp.AllProtocolVersions})
 	t.Cleanup(func() { _ = both.Close() })
@@ -28,6 +28,7 @@ func TestSourceCheckProtocol(t *testing.T) {
 	t.Cleanup(func() { _ = bothHTTP.Close() })
 	legacy := chaosmcp.New(chaosmcp.Options{})
 	t.Cleanup(func() { _ = legacy.Close() })
+	legacy.Set("demo://a", "a", "text/plain")
 	legacyHTTP, err := legacy.StartHTTP("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +42,9 @@ func TestSourceCheckProtocol(t *testing.T) {
 		wantEra   string // the negotiated protocolVersion on success
 		wantError string // a substring of the one error line otherwise
 	}{
-		{"default is auto", []string{"--url", bothHTTP.URL}, cli.ExitOK, "2025-11-25", ""},
-		{"auto", []string{"--url", bothHTTP.URL, "--protocol", "auto"}, cli.ExitOK, "2025-11-25", ""},
+		{"default is auto", []string{"--url", bothHTTP.URL}, cli.ExitOK, "2026-07-28", ""},
+		{"auto", []string{"--url", bothHTTP.URL, "--protocol", "auto"}, cli.ExitOK, "2026-07-28", ""},
+		{"auto with a legacy-only server", []string{"--url", legacyHTTP.URL}, cli.ExitOK, "2025-11-25", ""},
 		{"pinned 2026-07-28", []string{"--url", bothHTTP.URL, "--protocol", "2026-07-28"}, cli.ExitOK, "2026-07-28", ""},
 		{"pinned 2025-11-25", []string{"--url", bothHTTP.URL, "--protocol", "2025-11-25"}, cli.ExitOK, "2025-11-25", ""},
 		{"pin not spoken", []string{"--url", legacyHTTP.URL, "--protocol", "2026-07-28"}, cli.ExitFailure, "",

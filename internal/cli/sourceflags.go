@@ -46,7 +46,7 @@ func newSourceFlags(fs *flag.FlagSet, usage string) *sourceFlags {
 	f.url = fs.String("url", "", "streamable HTTP endpoint of an MCP server")
 	f.subject = fs.String("subject", "default", "authorization subject the session connects as")
 	f.backstop = fs.Duration("backstop", 30*time.Second, "backstop re-read period of subscribed resources")
-	f.poll = fs.Duration("poll", 30*time.Second, "poll period when the server lacks resources.subscribe")
+	f.poll = fs.Duration("poll", 30*time.Second, "poll period when the server lacks resources.subscribe or leaves a URI out of its subscriptions/listen acknowledgement")
 	fs.Var(&f.headers, "header", "HTTP header 'Name: value' sent on every request (not for secrets; repeatable)")
 	fs.Var(&f.headerEnv, "header-env", "HTTP header Name=VAR whose value is the worker's environment variable VAR (repeatable)")
 	f.bearerEnv = fs.String("bearer-env", "", "worker environment variable holding the bearer token")

@@ -305,7 +305,12 @@ func (c *Conn) auditProtocol(ctx context.Context, e *ProtocolError) {
 // not serve ping at all (the go-sdk's answers -32601), and answering proves it is up. Only a
 // failure to reach it (a transport error, the go-sdk's -32005 "rejected by transport", a
 // timeout) counts.
-func keepModernAlive(cs *mcp.ClientSession, interval time.Duration, stop <-chan struct{}, log *zap.Logger) {
+//
+// 2026-07-28 removed ping, so a server of that revision answers it with an error (and the
+// go-sdk's logs each one). Over HTTP that answer is still the only liveness signal a stateless
+// session has; over stdio the end of the child's pipe ends the session anyway, so there
+// (overHTTP false) the first "method not found" stops the pings.
+func keepModernAlive(cs *mcp.ClientSession, interval time.Duration, overHTTP bool, stop <-chan struct{}, log *zap.Logger) {
 	if interval <= 0 {
 		return
 	}
@@ -322,6 +327,10 @@ func keepModernAlive(cs *mcp.ClientSession, interval time.Duration, stop <-chan 
 		err := cs.Ping(ctx, modernPingParams(cs))
 		cancel()
 		if err == nil || serverAnswered(err) {
+			if werr, ok := errors.AsType[*jsonrpc.Error](err); ok && werr.Code == jsonrpc.CodeMethodNotFound && !overHTTP {
+				log.Info("the server does not serve ping (2026-07-28): its end is noticed when its pipe closes")
+				return
+			}
 			failures = 0
 			continue
 		}

@@ -21,9 +21,8 @@ import (
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
-// ProtocolVersion is the MCP protocol version every session is pinned to. Under 2026-07-28
-// the go-sdk makes subscribe fire-and-forget and may serve reads from a cache; 2025-11-25
-// keeps subscribe acknowledged and every read a real resources/read.
+// ProtocolVersion is the legacy MCP revision (2025-11-25): what a capability receipt says when
+// a session reports none. Which revision a session speaks is per source (--protocol, era.go).
 const ProtocolVersion = mcpsync.ProtocolVersion20251125
 
 // SnapshotCapability is the experimental server capability that negotiates the snapshot-ID

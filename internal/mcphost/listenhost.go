@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/discovery"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
@@ -93,22 +94,25 @@ func (c *Conn) newListenSet(log *zap.Logger) *ListenSet {
 	})
 }
 
-// tapListen returns tr tapped for ls: a streamable HTTP transport through its HTTP client
-// (its connection cannot be wrapped), any other through its connection.
+// tapListen returns tr tapped for ls, and with 2026-07-28's empty list cursors carried
+// through the go-sdk (discovery.TranslateEmptyCursors: "" is a valid cursor there, not the
+// end of a listing, and the go-sdk cannot tell it from an absent one): a streamable HTTP
+// transport through its HTTP client (its connection cannot be wrapped), any other through its
+// connection.
 func tapListen(ls *ListenSet, tr mcp.Transport) mcp.Transport {
 	switch t := tr.(type) {
 	case *httpSourceTransport:
 		st := *t.StreamableClientTransport
-		st.HTTPClient = ls.WrapHTTPClient(st.HTTPClient)
+		st.HTTPClient = ls.WrapHTTPClient(discovery.TranslateEmptyCursorsHTTP(st.HTTPClient))
 		return &httpSourceTransport{StreamableClientTransport: &st, auth: t.auth}
 	case *mcp.StreamableClientTransport:
 		st := *t
-		st.HTTPClient = ls.WrapHTTPClient(orDefaultClient(st.HTTPClient))
+		st.HTTPClient = ls.WrapHTTPClient(discovery.TranslateEmptyCursorsHTTP(orDefaultClient(st.HTTPClient)))
 		return &st
 	case *mcp.SSEClientTransport:
 		return tr // 2024-11-05 only: never 2026-07-28
 	}
-	return ls.WrapTransport(tr)
+	return ls.WrapTransport(discovery.TranslateEmptyCursors(tr))
 }
 
 func orDefaultClient(c *http.Client) *http.Client {

@@ -2,6 +2,7 @@ package mcphost_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
@@ -150,5 +152,57 @@ func TestModernKeepAliveOverHTTP(t *testing.T) {
 	rows := f.sessions(src.ID)
 	if len(rows) != 1 || rows[0].Ended {
 		t.Errorf("sessions %+v, want the first one, still open", rows)
+	}
+}
+
+// TestHostCarriesEmptyCursors: on a 2026-07-28 session the host's transports carry an empty
+// nextCursor through the go-sdk as a cursor (issue 13 item 7: "" is valid there, not the end),
+// so a listing through the host's session sees every page, over HTTP and in memory.
+func TestHostCarriesEmptyCursors(t *testing.T) {
+	for _, overHTTP := range []bool{true, false} {
+		t.Run(map[bool]string{true: "http", false: "in-memory"}[overHTTP], func(t *testing.T) {
+			f := newFixture(t)
+			s := chaosmcp.New(chaosmcp.Options{PageSize: 2, ProtocolVersions: chaosmcp.AllProtocolVersions})
+			t.Cleanup(func() { _ = s.Close() })
+			for i := range 7 {
+				s.Set(fmt.Sprintf("demo://r/%d", i), "x", "text/plain")
+			}
+			s.SetEmptyCursorAtPage(2)
+			spec := ledger.SourceSpec{Name: "cursor", Transport: ledger.TransportStdio, Command: []string{"unused"}}
+			opts := mcphost.Options{}
+			if overHTTP {
+				hs, err := s.StartHTTPBothEras("127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = hs.Close() })
+				spec = ledger.SourceSpec{Name: "cursor", Transport: ledger.TransportHTTP, URL: hs.URL}
+			} else {
+				opts.Transport = func(ctx context.Context, _ ledger.Source) (mcp.Transport, error) { return s.InMemoryTransport(ctx) }
+			}
+			src := f.addSource(spec)
+			c := f.waitSession(f.startHost("host-cursor", opts, newRecorder()), src.ID, 0)
+			if got := c.Caps().ProtocolVersion; got != ledger.ProtocolModern {
+				t.Fatalf("negotiated %s, want %s", got, ledger.ProtocolModern)
+			}
+			var uris []string
+			cursor := ""
+			for page := 0; page < 10; page++ {
+				res, err := c.Session().ListResources(f.ctx, &mcp.ListResourcesParams{Cursor: cursor})
+				if err != nil {
+					t.Fatalf("page %d: %v", page+1, err)
+				}
+				for _, r := range res.Resources {
+					uris = append(uris, r.URI)
+				}
+				if res.NextCursor == "" {
+					break
+				}
+				cursor = res.NextCursor
+			}
+			if len(uris) != 7 {
+				t.Errorf("listed %d resources %v, want all 7", len(uris), uris)
+			}
+		})
 	}
 }

@@ -104,7 +104,7 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 	if IsModern(c.caps.ProtocolVersion) {
 		stopKeepAlive := make(chan struct{})
 		defer close(stopKeepAlive)
-		go keepModernAlive(cs, h.opts.KeepAlive, stopKeepAlive, log)
+		go keepModernAlive(cs, h.opts.KeepAlive, src.Transport == ledger.TransportHTTP, stopKeepAlive, log)
 	}
 	reason := "connection closed"
 	var waitErr error
