@@ -82,6 +82,9 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 	out.ScanID, out.StartedAt = scanID, started
 	var lastWrite time.Time
 	res := discovery.Scan(ctx, c.Session(), discovery.Options{
+		// MCP 2026-07-28 (issue 13 item 7): a rejected cursor discards the round's pages and
+		// starts it again, a bounded number of times; older sessions fail the round at once.
+		CursorRestarts:  discovery.CursorRestartsFor(caps.ProtocolVersion),
 		MaxPages:        in.MaxPages,
 		MaxPageEntries:  a.MaxPageEntries,
 		MaxEntries:      a.MaxRoundEntries,
@@ -106,6 +109,10 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 		},
 	})
 	after := c.ListChangedCount()
+	if res.CursorRestarts > 0 {
+		activity.GetLogger(ctx).Info("round started again after rejected cursors", "scan", scanID,
+			"restarts", res.CursorRestarts, "discardedPages", res.DiscardedPages)
+	}
 	// Snapshot IDs are the server's words and reach both the ledger and this activity's
 	// result: bounded the same way for both (equal IDs stay equal, issue 14 item 6).
 	for i, id := range res.SnapshotIDs {

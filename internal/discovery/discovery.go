@@ -8,6 +8,18 @@
 // The go-sdk's own page iterator follows any cursor forever; Scan pages by hand and ends the
 // round as failed on a repeated cursor, a page-count blow-up or a rejected cursor (R8), and on
 // a page or a round with more entries than its cap (issue 14 item 6).
+//
+// MCP 2026-07-28 (issue 13 item 7) changes three things about paging, and nothing about the
+// rounds: the A/B rounds, their comparison and the proof levels (R5-R7) apply unchanged.
+//   - No cross-page consistency promise: the pages of one walk may come from different states
+//     of the set. Nothing here ever assumed otherwise: that is what rounds A and B, the set
+//     digests and the list_changed count are for.
+//   - An invalid cursor means "discard the pages and start again": with
+//     Options.CursorRestarts > 0, a -32602 answered to a request that carried a cursor discards
+//     everything the round listed so far and pages both lists again from the first page, at
+//     most CursorRestarts times; then the round fails as CURSOR_ERROR, as every rejected
+//     cursor does on older sessions.
+//   - The empty string is a valid cursor: see [EmptyCursor].
 package discovery
 
 import (
@@ -27,6 +39,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/uri"
 )
@@ -84,7 +97,50 @@ type Options struct {
 	Check func() error
 	// Progress, if set, is called after every page.
 	Progress func(Progress)
+	// CursorRestarts is how many times a round starts again from the first page after a
+	// request with a cursor was answered -32602 (MCP 2026-07-28: a bad cursor means discard
+	// the pages and start again). 0, the rule of older sessions, fails the round at once as
+	// CURSOR_ERROR. The page cap (MaxPages) counts the pages of every start together.
+	CursorRestarts int
 }
+
+// DefaultCursorRestarts is the CursorRestarts a 2026-07-28 session's rounds get.
+const DefaultCursorRestarts = 3
+
+// CursorRestartsFor returns the Options.CursorRestarts of a round on a session that
+// negotiated protocolVersion: DefaultCursorRestarts from 2026-07-28 on, where a bad cursor
+// means discard the pages and start again; 0 before, where a rejected cursor fails the round.
+func CursorRestartsFor(protocolVersion string) int {
+	if protocolVersion >= mcpsync.ProtocolVersion20260728 {
+		return DefaultCursorRestarts
+	}
+	return 0
+}
+
+// EmptyCursor stands for a nextCursor that is present and empty.
+//
+// Decision (issue 13 item 7). MCP 2026-07-28, server/utilities/pagination, "Implementation
+// Guidelines": clients "Don't make any determination based on cursor value other than whether
+// a non-null value was provided (e.g. an empty string is a valid cursor and thus MUST NOT be
+// treated as the end of results)" (docs/specification/2026-07-28/server/utilities/
+// pagination.mdx of the specification). Older revisions only say "Treat a missing nextCursor
+// as the end of results". So on a 2026-07-28 session a page with nextCursor "" is not the
+// last page.
+//
+// The go-sdk v1.8.0 cannot carry the difference in either direction: ListResourcesResult and
+// ListResourceTemplatesResult declare NextCursor as a string tagged "nextCursor,omitempty"
+// (mcp/protocol.go:1236 and 1267), so an empty and an absent nextCursor both decode to "";
+// ListResourcesParams.Cursor is omitempty too, so a request with cursor "" goes out without
+// one and asks for the first page again; and its own iterator (mcp/client.go:1618) ends on
+// "". Through a plain *mcp.ClientSession a nextCursor that reads "" is therefore taken as the
+// end, since following it would restart the walk. A session whose transport is wrapped with
+// [TranslateEmptyCursors] reports a present empty nextCursor as EmptyCursor and sends
+// EmptyCursor back as cursor "": Scan follows it like any other cursor (digested, and caught
+// by the cycle check if it repeats).
+const EmptyCursor = "\x00mcpsync/empty-cursor\x00"
+
+// MaxCursorRestarts bounds Options.CursorRestarts.
+const MaxCursorRestarts = 10
 
 // Progress counts what a round has listed so far.
 type Progress struct {
@@ -132,6 +188,11 @@ type Result struct {
 	SnapshotID    string
 	// Entries are sorted by kind, server URI, name, MIME type.
 	Entries []Entry
+	// CursorRestarts counts the starts discarded after a rejected cursor
+	// (Options.CursorRestarts); DiscardedPages counts their pages. Everything else in the
+	// Result describes the last start only.
+	CursorRestarts int
+	DiscardedPages int
 }
 
 // SnapshotMetaKeyOf returns the _meta key a negotiated snapshot capability names in the
@@ -152,8 +213,9 @@ func SnapshotMetaKeyOf(capabilities []byte) string {
 }
 
 // Scan runs one round on l: resources/list, then resources/templates/list, each from the
-// first page until a page without nextCursor. It never returns an error: a failed round is a
-// Result with FailureKind set.
+// first page until a page without nextCursor. A rejected cursor starts the round again
+// (both lists from the first page, nothing kept) up to o.CursorRestarts times. It never
+// returns an error: a failed round is a Result with FailureKind set.
 func Scan(ctx context.Context, l Lister, o Options) Result {
 	if o.MaxPages <= 0 {
 		o.MaxPages = DefaultMaxPages
@@ -167,7 +229,23 @@ func Scan(ctx context.Context, l Lister, o Options) Result {
 	if o.SnapshotMetaKey == "" {
 		o.SnapshotMetaKey = DefaultSnapshotMetaKey
 	}
-	r := &round{opts: o, chain: sha256.New()}
+	o.CursorRestarts = min(max(o.CursorRestarts, 0), MaxCursorRestarts)
+	spent := 0 // pages requested by discarded starts of this round
+	for restarts := 0; ; restarts++ {
+		r := &round{opts: o, chain: sha256.New(), spent: spent}
+		res := r.scan(ctx, l)
+		res.CursorRestarts, res.DiscardedPages = restarts, spent
+		if res.FailureKind != contract.RoundCursorError || restarts >= o.CursorRestarts || ctx.Err() != nil {
+			return res
+		}
+		// MCP 2026-07-28: a bad cursor means discard the pages and start again.
+		spent += res.Pages()
+	}
+}
+
+// scan is one start of a round: both lists from their first page.
+func (r *round) scan(ctx context.Context, l Lister) Result {
+	o := r.opts
 	if o.CursorKey != nil {
 		r.mac = hmac.New(sha256.New, o.CursorKey)
 	}
@@ -236,6 +314,7 @@ func Scan(ctx context.Context, l Lister, o Options) Result {
 
 type round struct {
 	opts        Options
+	spent       int // pages requested by earlier, discarded starts (they count against MaxPages)
 	res         Result
 	pages       [][]Entry // the entries of each page, in order
 	chain       hash.Hash
@@ -249,7 +328,7 @@ func (r *round) list(ctx context.Context, kind string, fetch func(context.Contex
 	seen := map[string]bool{}
 	cursor := ""
 	for {
-		if r.res.Pages() >= r.opts.MaxPages {
+		if r.spent+r.res.Pages() >= r.opts.MaxPages {
 			return r.fail(contract.RoundPageCap, fmt.Errorf("%s: page cap of %d pages reached", method(kind), r.opts.MaxPages))
 		}
 		if r.opts.Check != nil {

@@ -23,7 +23,10 @@ import (
 // (the go-sdk serves 2026-07-28 over HTTP only when stateless, and a stateless handler gives
 // legacy clients no event stream). Modern sessions never initialize, so they are not in
 // [Server.Sessions]; their subscriptions ride on subscriptions/listen, answered by the go-sdk,
-// and every fault of notifications/resources/updated applies to them too.
+// and every fault of notifications/resources/updated applies to them too. list_changed reaches
+// a modern client on each of its listen streams whose acknowledgement granted
+// resourcesListChanged (the go-sdk client opens such a "control" listen at connect), through
+// the list_changed faults; [Stats.LiveListens] and [Stats.LiveListChangedListens] count them.
 
 // ProtocolModern is the stateless revision (server/discover, subscriptions/listen).
 const ProtocolModern = mcpsync.ProtocolVersion20260728
@@ -109,9 +112,65 @@ func (s *Server) applyCache(res mcp.Result) {
 	}
 }
 
+// modernListen is one live subscriptions/listen request of a 2026-07-28 session, over any
+// transport. Its subscription ID and whether it receives list_changed are learnt from the
+// acknowledgement the go-sdk sends for it.
+type modernListen struct {
+	ss          *mcp.ServerSession
+	id          any  // the subscription ID (the listen's JSON-RPC ID); nil until acknowledged
+	listChanged bool // the go-sdk granted resourcesListChanged and the server advertises it
+}
+
+type listenCtxKey struct{}
+
+// handleListen tracks a subscriptions/listen request for as long as the go-sdk serves it
+// (until the client cancels it, its stream ends or the session closes).
+func (s *Server) handleListen(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	ss, _ := req.GetSession().(*mcp.ServerSession)
+	l := &modernListen{ss: ss}
+	s.mu.Lock()
+	s.listens[l] = true
+	s.stats.ListensStarted++
+	s.changedLocked()
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listens, l)
+		s.changedLocked()
+		s.mu.Unlock()
+	}()
+	return next(context.WithValue(ctx, listenCtxKey{}, l), method, req)
+}
+
+// registerListen records, from the acknowledgement the go-sdk is about to send for a listen,
+// its subscription ID and whether list_changed is to reach it. When the server no longer
+// advertises listChanged ([Server.SetCapabilities]), resourcesListChanged is taken out of the
+// acknowledgement, as a session that negotiated without it gets no list_changed.
+func (s *Server) registerListen(ctx context.Context, p *mcp.SubscriptionsAcknowledgedParams) {
+	l, _ := ctx.Value(listenCtxKey{}).(*modernListen)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.caps.ListChanged {
+		p.Notifications.ResourcesListChanged = false
+	}
+	if l == nil || !s.listens[l] {
+		return
+	}
+	l.id = p.Meta[metaKeySubscription]
+	l.listChanged = p.Notifications.ResourcesListChanged && l.id != nil
+	s.changedLocked()
+}
+
 // listenSending applies the listen knobs to an outgoing acknowledgement or updated
 // notification; it reports false when the message must not be sent.
-func (s *Server) listenSending(method string, req mcp.Request) bool {
+func (s *Server) listenSending(ctx context.Context, method string, req mcp.Request) bool {
+	if method == notifyAcknowledged {
+		if p, ok := req.GetParams().(*mcp.SubscriptionsAcknowledgedParams); ok && p != nil {
+			// Registered even when the acknowledgement is withheld: the stream is open
+			// and notifications flow on it.
+			s.registerListen(ctx, p)
+		}
+	}
 	s.mu.Lock()
 	f := s.era.listen
 	s.mu.Unlock()
@@ -176,7 +235,7 @@ func (s *Server) StatelessHTTPHandler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Logger: s.logger, Stateless: true,
 	})
-	return s.trackListens(h)
+	return emptyCursorHTTP(s.trackListens(h))
 }
 
 // BothErasHandler serves both eras at one endpoint from one server: a request whose
@@ -347,7 +406,7 @@ func (s *Server) InMemoryTransport(ctx context.Context) (mcp.Transport, error) {
 		return nil, errServerClosed
 	}
 	st, ct := mcp.NewInMemoryTransports()
-	if _, err := s.mcp.Connect(ctx, st, nil); err != nil {
+	if _, err := s.mcp.Connect(ctx, withEmptyCursors(st), nil); err != nil {
 		return nil, fmt.Errorf("chaosmcp: connect server side: %w", err)
 	}
 	return ct, nil

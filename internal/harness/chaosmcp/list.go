@@ -54,11 +54,16 @@ type listFaults struct {
 	cycleFrom    int
 	cycleTo      int
 	expireAtPage int
+	expireTimes  int // > 0: expireAtPage rejects that many more requests, then turns off
 	cursorGen    int
 	bindSession  bool
 	betweenPages func(kind ListKind, page int)
 	snapshot     SnapshotMode
 	snapshotSeq  int
+	// emptyAt (SetEmptyCursorAtPage) and, per list kind, the real cursor the last empty
+	// cursor handed out stands for.
+	emptyAt     int
+	emptyTarget map[ListKind]string
 }
 
 // scanState remembers, per session and list kind, the cursors issued in the current scan
@@ -139,7 +144,21 @@ func (s *Server) SetCircularCursor(fromPage, toPage int) {
 func (s *Server) ExpireCursorAtPage(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.list.expireAtPage = max(n, 0)
+	s.list.expireAtPage, s.list.expireTimes = max(n, 0), 0
+}
+
+// ExpireCursorAtPageTimes is ExpireCursorAtPage for the next times requests for page n only
+// (of any list kind, in any session); then it turns itself off. A client that starts its walk
+// again after the rejection (MCP 2026-07-28: a bad cursor means start again) gets through on
+// start times+1. times ≤ 0 or n ≤ 0 turns it off.
+func (s *Server) ExpireCursorAtPageTimes(n, times int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n <= 0 || times <= 0 {
+		s.list.expireAtPage, s.list.expireTimes = 0, 0
+		return
+	}
+	s.list.expireAtPage, s.list.expireTimes = n, times
 }
 
 // ExpireCursors invalidates every cursor issued so far: presenting one is answered with
@@ -210,6 +229,11 @@ func (s *Server) handleList(ctx context.Context, method string, req mcp.Request)
 	s.changedLocked()
 	sess := s.sessions[ss]
 	page, after := 0, ""
+	if raw == emptyCursorToken {
+		// An empty cursor on the wire (emptycursor.go): the real cursor it was issued for, or
+		// the first page, as the go-sdk reads "".
+		raw = s.list.emptyTarget[kind]
+	}
 	if raw != "" {
 		c, err := decodeCursor(raw)
 		var rejection error
@@ -222,6 +246,11 @@ func (s *Server) handleList(ctx context.Context, method string, req mcp.Request)
 			rejection = invalidCursor("cursor from an old session")
 		case s.list.expireAtPage > 0 && c.Page == s.list.expireAtPage:
 			rejection = invalidCursor("cursor expired")
+			if s.list.expireTimes > 0 {
+				if s.list.expireTimes--; s.list.expireTimes == 0 {
+					s.list.expireAtPage = 0
+				}
+			}
 		}
 		if rejection != nil {
 			s.stats.CursorErrors++
@@ -269,6 +298,13 @@ func (s *Server) handleList(ctx context.Context, method string, req mcp.Request)
 			c.Session, c.Epoch = sess.seq, sess.epoch
 		}
 		next = c.encode()
+	}
+	if next != "" && s.list.emptyAt > 0 && page+1 == s.list.emptyAt && isModern(req) {
+		if s.list.emptyTarget == nil {
+			s.list.emptyTarget = map[ListKind]string{}
+		}
+		s.list.emptyTarget[kind] = next
+		next = emptyCursorToken
 	}
 	if scan != nil && next != "" {
 		for len(scan.issued) <= page+1 {

@@ -179,13 +179,22 @@ func (s *Server) notifyUpdated(uri string) {
 	}
 }
 
-// notifyListChanged sends list_changed to every session that negotiated listChanged.
+// notifyListChanged sends list_changed to every legacy session that negotiated listChanged,
+// and to every live subscriptions/listen stream of a 2026-07-28 session whose acknowledgement
+// granted resourcesListChanged (stamped with that stream's subscription ID, as the go-sdk
+// stamps its own). Every delivery passes through the list_changed faults.
 func (s *Server) notifyListChanged() {
 	s.mu.Lock()
 	var targets []*mcp.ServerSession
 	for ss, sess := range s.sessions {
 		if sess.caps.ListChanged {
 			targets = append(targets, ss)
+		}
+	}
+	var streams []*modernListen
+	for l := range s.listens {
+		if l.listChanged {
+			streams = append(streams, l)
 		}
 	}
 	s.mu.Unlock()
@@ -197,6 +206,13 @@ func (s *Server) notifyListChanged() {
 			s.logger.Debug("list_changed", "error", err)
 		}
 	}
+	for _, l := range streams {
+		params := &mcp.ResourceListChangedParams{Meta: mcp.Meta{metaKeySubscription: l.id}}
+		req := &mcp.ServerRequest[*mcp.ResourceListChangedParams]{Session: l.ss, Params: params}
+		if err := s.listChanged(ctx, l.ss, req); err != nil {
+			s.logger.Debug("list_changed on a listen stream", "error", err)
+		}
+	}
 }
 
 // sendingMiddleware is the fault layer for server-to-client messages. It captures the
@@ -205,7 +221,7 @@ func (s *Server) sendingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	s.next = next
 	s.send = func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		ss, _ := req.GetSession().(*mcp.ServerSession)
-		if !s.listenSending(method, req) {
+		if !s.listenSending(ctx, method, req) {
 			return nil, nil
 		}
 		switch method {

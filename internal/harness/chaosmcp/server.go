@@ -141,8 +141,11 @@ type Server struct {
 	read   readFaults
 	unsub  UnsubscribeMode
 	era    eraFaults
-	rng    *rand.Rand
-	stats  Stats
+	// listens are the live subscriptions/listen requests of 2026-07-28 sessions, over any
+	// transport (era.go); list_changed reaches those acknowledged with resourcesListChanged.
+	listens map[*modernListen]bool
+	rng     *rand.Rand
+	stats   Stats
 }
 
 // New creates a server with an empty resource set.
@@ -171,6 +174,7 @@ func New(opts Options) *Server {
 		caps:      caps,
 		versions:  slices.Clone(versions),
 		sessions:  make(map[*mcp.ServerSession]*session),
+		listens:   make(map[*modernListen]bool),
 		rng:       rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}
 	s.list.pageSize = opts.PageSize

@@ -143,6 +143,8 @@ func (s *Server) receivingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return s.initialize(ctx, method, req, next)
 		case methodDiscover:
 			return s.discover(ctx, method, req, next)
+		case methodListen:
+			return s.handleListen(ctx, method, req, next)
 		case methodListResources, methodListTemplates:
 			res, err := s.handleList(ctx, method, req)
 			s.applyCache(res)

@@ -47,6 +47,11 @@ type Stats struct {
 	// opened and cut by DropListenStreams.
 	AcksWithheld, AcksPartial, StaleSubscriptionIDs int
 	ListenStreams, ListenStreamsDropped             int
+	// ListensStarted counts subscriptions/listen requests of 2026-07-28 sessions over any
+	// transport (stdio, in-memory, HTTP); LiveListens is how many are being served now, and
+	// LiveListChangedListens how many of those were acknowledged with resourcesListChanged —
+	// the streams a list_changed reaches.
+	ListensStarted, LiveListens, LiveListChangedListens int
 }
 
 // Epoch returns the number of restarts so far.
@@ -67,6 +72,12 @@ func (s *Server) statsLocked() Stats {
 	st := s.stats
 	st.Epoch = s.epoch
 	st.LiveSessions = len(s.sessions)
+	st.LiveListens, st.LiveListChangedListens = len(s.listens), 0
+	for l := range s.listens {
+		if l.listChanged {
+			st.LiveListChangedListens++
+		}
+	}
 	st.Reads = make(map[string]int, len(s.stats.Reads))
 	for k, v := range s.stats.Reads {
 		st.Reads[k] = v

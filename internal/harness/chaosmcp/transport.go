@@ -23,7 +23,7 @@ func (s *Server) ConnectInMemory(ctx context.Context, opts *mcp.ClientOptions) (
 // Serve runs one session over t until the client ends it, the server ends it (Restart,
 // Close) or ctx is done. It returns nil when the session ended normally.
 func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
-	ss, err := s.mcp.Connect(ctx, t, nil)
+	ss, err := s.mcp.Connect(ctx, withEmptyCursors(t), nil)
 	if err != nil {
 		return fmt.Errorf("chaosmcp: connect: %w", err)
 	}

@@ -41,6 +41,13 @@ func runStdioChild() int {
 			s.Set("demo://a", "a2", "text/plain")
 		}
 	}()
+	if os.Getenv(stdioListChangedEnv) == "1" {
+		go func() {
+			if s.Await(ctx, func(st chaosmcp.Stats) bool { return st.LiveSessions >= 1 || st.LiveListChangedListens >= 1 }) == nil {
+				s.Set("demo://c", "c1", "text/plain")
+			}
+		}()
+	}
 	if err := s.ServeStdio(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "stdio child:", err)
 		return 1
