@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make run`: the embedded default end to end. Starts mcpsync-dev (Temporal + Web UI + private
-# PostgreSQL) and mcpsync-worker, registers the demo MCP server as source "demo", subscribes to
-# two of its resources and prints a line per accepted version until Ctrl-C; then it stops
-# everything it started. Both services get --parent-pid $$: if this script dies without
+# PostgreSQL) and mcpsync-worker, registers the demo MCP server as source "demo" (it speaks both
+# MCP eras; --protocol auto negotiates 2026-07-28), subscribes to two of its resources, shows
+# `mcpsync status` (demo://notes/1 watched: notify; demo://clock/now, which the server leaves out
+# of its subscriptions/listen acknowledgement: poll (not acknowledged)) and prints a line per
+# accepted version until Ctrl-C; then it stops everything it started. Both services get --parent-pid $$: if this script dies without
 # stopping them (SIGKILL, a closed terminal), they stop themselves instead of holding the
 # ports 7233, 8233 and 55432 for the next run; a port still held is reported by mcpsync-dev
 # with the PID that holds it and how to stop it.
@@ -50,10 +52,13 @@ echo "run: starting mcpsync-worker; log: $data/worker.log"
 setsid "$bin/mcpsync-worker" --parent-pid $$ >"$data/worker.log" 2>&1 &
 worker_pid=$!
 
-demo="$bin/mcpsync-demo-server --interval 3s"
+# --eras both: the demo server speaks 2026-07-28 next to 2025-11-25, and the source's default
+# --protocol auto picks the newest both sides speak. It does not watch the computed
+# demo://clock/now (--unwatched, its default): that subscription polls every --poll.
+demo="$bin/mcpsync-demo-server --interval 3s --eras both"
 from=
 for _ in $(seq 1 150); do
-  if out=$("$bin/mcpsync" source add demo --stdio "$demo" 2>&1); then
+  if out=$("$bin/mcpsync" source add demo --stdio "$demo" --protocol auto --poll 10s 2>&1); then
     echo "run: $out"
     # A new ledger: show every version from the first one; otherwise only new ones.
     case "$out" in *" added "*) from=--from-start ;; esac
@@ -68,6 +73,8 @@ done
 for uri in demo://notes/1 demo://clock/now; do
   "$bin/mcpsync" subscribe demo "$uri" --wait 60s
 done
+echo "run: $bin/mcpsync status demo (the era, and how each subscription refreshes):"
+"$bin/mcpsync" status demo || true
 echo "run: Temporal UI: ${TEMPORAL_UI:-http://127.0.0.1:8233} (the subscription workflows are listed there)"
 [ -n "${MCPSYNC_METRICS_ADDR-127.0.0.1:9464}" ] && echo "run: worker metrics: http://${MCPSYNC_METRICS_ADDR-127.0.0.1:9464}/metrics (Prometheus text)"
 gw=$(grep -m1 'gateway serving' "$data/worker.log" | grep -o 'http://[^" ]*/mcp' || true); if [ -n "$gw" ]; then echo "run: MCP gateway for agents: $gw (bearer token: $bin/mcpsync token create PRINCIPAL; README \"Gateway\")"; else echo "run: MCP gateway not served (MCPSYNC_GATEWAY_ADDR; see $data/worker.log)"; fi

@@ -5,7 +5,9 @@
 // Resources: demo://clock/now (the current time), demo://notes/1 and demo://notes/2 (text that
 // changes every tick and every second tick), and with --resources N the numbered resources
 // demo://items/0001 … of which --item-updates change per tick. Every change is announced with
-// notifications/resources/updated to subscribed sessions. The chaos knobs that make sense on a
+// notifications/resources/updated to subscribed sessions, except that with --eras both a
+// 2026-07-28 client's listen acknowledgement leaves out the --unwatched resources (by default
+// the computed demo://clock/now), which that client must poll. The chaos knobs that make sense on a
 // command line are flags; see -help.
 package main
 
@@ -34,7 +36,8 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	httpAddr       string
-	bothEras       bool // --eras both: 2026-07-28 next to the legacy versions
+	bothEras       bool     // --eras both: 2026-07-28 next to the legacy versions
+	unwatched      []string // left out of 2026-07-28 listen acknowledgements (unwatched.go)
 	interval       time.Duration
 	resources      int
 	itemUpdates    int
@@ -70,11 +73,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	c := &config{}
 	var (
-		pageSizes, snapshot, circular, rewrite, notFound, unsubscribe, logLevel, eras string
-		noSubscribe, noListChanged, advertiseSnapshot                                 bool
+		pageSizes, snapshot, circular, rewrite, notFound, unsubscribe, logLevel, eras, unwatched string
+		noSubscribe, noListChanged, advertiseSnapshot                                            bool
 	)
 	fs.StringVar(&c.httpAddr, "http", "", "serve streamable HTTP on `ADDR` (e.g. 127.0.0.1:8080, port 0 picks a free one) at /mcp instead of stdio")
 	fs.StringVar(&eras, "eras", "legacy", "protocol eras: legacy (2025-11-25 and older) or both (also 2026-07-28: stateless over HTTP, subscriptions/listen)")
+	fs.StringVar(&unwatched, "unwatched", "demo://clock/now", "comma-separated `URIS` the server does not watch: left out of 2026-07-28 subscriptions/listen acknowledgements, so clients poll them (\"\" watches all)")
 	fs.DurationVar(&c.interval, "interval", 3*time.Second, "time between changes")
 	fs.IntVar(&c.resources, "resources", 0, "also serve `N` numbered resources demo://items/0001 …")
 	fs.IntVar(&c.itemUpdates, "item-updates", 1, "numbered resources changed per tick")
@@ -118,6 +122,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		c.bothEras = true
 	default:
 		return nil, &usageError{msg: fmt.Sprintf("--eras must be legacy or both, got %q", eras)}
+	}
+	for _, u := range strings.Split(unwatched, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			c.unwatched = append(c.unwatched, u)
+		}
 	}
 	if c.resources < 0 || c.itemUpdates < 0 || c.pageSize < 1 || c.duplicates < 0 || c.reorder < 0 || c.transientEvery < 0 {
 		return nil, &usageError{msg: "--resources, --item-updates, --duplicates, --reorder and --transient-every must be ≥ 0, --page-size ≥ 1"}
@@ -222,6 +231,7 @@ func newServer(c *config, logger *slog.Logger) *chaosmcp.Server {
 		opts.ProtocolVersions = chaosmcp.AllProtocolVersions
 	}
 	s := chaosmcp.New(opts)
+	s.MCPServer().AddSendingMiddleware(unwatchedMiddleware(c.unwatched, logger))
 	if len(c.pageSizes) > 0 {
 		s.SetPageSizes(c.pageSizes...)
 	}

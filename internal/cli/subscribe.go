@@ -272,11 +272,19 @@ type statusJSON struct {
 	// Refresh is how the subscription learns of changes: "notify" (resources.subscribe plus a
 	// backstop re-read) or "poll" (jittered periodic reads, R11). StalenessBoundSeconds is the
 	// longest a change can go unseen while the session is live: one refresh period plus jitter.
+	// Watch is "not acknowledged" when the server left the URI out of its 2026-07-28
+	// subscriptions/listen acknowledgement on the live session: it is not watched, so Refresh
+	// is "poll" whatever the session's capabilities say (issue 13 item 3, R9, R11).
 	Refresh               string `json:"refresh,omitempty"`
 	StalenessBoundSeconds int    `json:"stalenessBoundSeconds,omitempty"`
+	Watch                 string `json:"watch,omitempty"`
 	// SourceHealth is the health of the subscription's source (status only; issue 14, item 2).
 	SourceHealth *healthJSON `json:"sourceHealth,omitempty"`
 }
+
+// watchNotAcknowledged is statusJSON.Watch for a URI the server left out of its listen
+// acknowledgement.
+const watchNotAcknowledged = "not acknowledged"
 
 func statusOf(ctx context.Context, st *ledger.Store, s ledger.Subscription) statusJSON {
 	j := statusJSON{
@@ -294,7 +302,10 @@ func statusOf(ctx context.Context, st *ledger.Store, s ledger.Subscription) stat
 			if src, err := st.SourceByID(ctx, s.SourceID); err == nil {
 				period := src.PollSeconds
 				j.Refresh = "poll"
-				if sess.Caps.Subscribe {
+				switch {
+				case s.NotAcknowledged: // left out of the listen ack: never real-time (R11)
+					j.Watch = watchNotAcknowledged
+				case sess.Caps.Subscribe:
 					period, j.Refresh = src.BackstopSeconds, "notify"
 				}
 				j.StalenessBoundSeconds = period + (period+4)/5 // the jitter spreads a period over ±20 %
@@ -370,7 +381,11 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	for _, s := range out {
 		fresh := "-"
 		if s.Refresh != "" {
-			fresh = fmt.Sprintf("%s, stale <= %ds", s.Refresh, s.StalenessBoundSeconds)
+			mode := s.Refresh
+			if s.Watch != "" {
+				mode += " (" + s.Watch + ")"
+			}
+			fresh = fmt.Sprintf("%s, stale <= %ds", mode, s.StalenessBoundSeconds)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", visible(s.Source), s.URI, visible(s.Principal), s.State,
 			s.Generation, s.SessionGeneration, s.LastIssuedOrdinal, s.LastAcceptedOrdinal, orDash(s.Digest),

@@ -86,8 +86,9 @@ type ResourceVersion struct {
 	VerifiedAt *time.Time    `json:"verifiedAt,omitempty"`
 	State      mcpsync.State `json:"state"` // the subscription's state
 	// Refresh is how a change reaches mcpsync while the subscription is live: "notification"
-	// (resources/subscribe upstream plus a backstop re-read) or "polling"; "none" when it is
-	// not live, and then StalenessBoundSeconds is 0: unbounded.
+	// (resources/subscribe upstream plus a backstop re-read) or "polling" (also for a URI the
+	// server left out of its 2026-07-28 subscriptions/listen acknowledgement: not watched,
+	// R11); "none" when it is not live, and then StalenessBoundSeconds is 0: unbounded.
 	Refresh               string    `json:"refresh"`
 	StalenessBoundSeconds int       `json:"stalenessBoundSeconds"`
 	GrantEpoch            int64     `json:"grantEpoch"`
@@ -345,7 +346,8 @@ func (g *Gateway) internal(raw, principal string, err error) *jsonrpc.Error {
 	return refuse(ReasonInternal, raw, "%s: the gateway could not read the ledger; try again", raw)
 }
 
-// refreshNames maps the ledger's refresh modes to the ones ResourceVersion reports.
+// refreshNames maps the ledger's refresh modes to the ones ResourceVersion reports. The
+// ledger already reports a not-acknowledged URI as "poll", so it is "polling" here.
 var refreshNames = map[string]string{"notify": "notification", "poll": "polling", "": "none"}
 
 func toResourceVersion(source string, res ledger.ReadResult, policyID string) ResourceVersion {

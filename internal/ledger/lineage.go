@@ -129,8 +129,12 @@ type ReadResult struct {
 	// (resources.subscribe plus a backstop re-read) or "poll" (R11); "" when the
 	// subscription is not live on the source's current session. StalenessBoundSeconds is then
 	// one refresh period plus its ±20 % jitter (the bound status reports), else 0: unbounded.
+	// NotAcknowledged: the server left the URI out of its 2026-07-28 subscriptions/listen
+	// acknowledgement on the live session, so Refresh is "poll" whatever the session's
+	// capabilities say (issue 13 item 3, R11); false when the subscription is not live.
 	Refresh               string
 	StalenessBoundSeconds int
+	NotAcknowledged       bool
 	Version               Version
 	Verdict               *GuardVerdict
 	Body                  []byte
@@ -196,7 +200,7 @@ const readSQL = `
 		WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL
 		FOR SHARE),
 	s AS MATERIALIZED (
-		SELECT id, state, state_reason, session_generation, last_verified_at,
+		SELECT id, state, state_reason, session_generation, last_verified_at, not_acknowledged,
 		       mcpsync_published(workflow_id) AS published FROM subscriptions
 		WHERE principal = $1 AND source_id = $2 AND uri = $3 AND EXISTS (SELECT 1 FROM g)),
 	v AS MATERIALIZED (
@@ -219,6 +223,7 @@ const readSQL = `
 		  ON se.source_id = so.id AND se.generation = so.current_generation AND se.ended_at IS NULL
 		WHERE so.id = $2)
 	SELECT (SELECT epoch FROM g), s.id, s.state, s.state_reason, s.session_generation, s.last_verified_at, s.published,
+	       s.not_acknowledged,
 	       sess.name, sess.generation, sess.cap_subscribe, sess.backstop_seconds, sess.poll_seconds,
 	       v.id, v.subscription_id, v.principal, v.source_id, v.uri, v.kind, v.mime_type, v.digest, v.size,
 	       v.read_ordinal, v.generation, v.session_generation, v.request_id, v.auth_subject, v.server_name,
@@ -234,7 +239,7 @@ const readSQL = `
 // readRow holds the nullable columns of readSQL.
 type readRow struct {
 	epoch, subID, subSessGen                                *int64
-	published                                               *bool
+	published, notAcknowledged                              *bool
 	state, reason, sourceName                               *string
 	verified                                                *time.Time
 	sessGen                                                 *int64
@@ -263,7 +268,7 @@ func deref[T any](p *T) T {
 func (s *Store) readOnce(ctx context.Context, req ReadRequest) (ReadResult, error) {
 	var r readRow
 	err := s.pool.QueryRow(ctx, readSQL, req.Principal, req.SourceID, req.URI, req.PolicyID, req.ForIndex).Scan(
-		&r.epoch, &r.subID, &r.state, &r.reason, &r.subSessGen, &r.verified, &r.published,
+		&r.epoch, &r.subID, &r.state, &r.reason, &r.subSessGen, &r.verified, &r.published, &r.notAcknowledged,
 		&r.sourceName, &r.sessGen, &r.capSubscribe, &r.backstop, &r.poll,
 		&r.vID, &r.vSub, &r.vPrincipal, &r.vSource, &r.vURI, &r.vKind, &r.vMIME, &r.vDigest, &r.vSize,
 		&r.vOrd, &r.vGen, &r.vSessGen, &r.vReq, &r.vSubject, &r.vServerName,
@@ -291,7 +296,10 @@ func (s *Store) readOnce(ctx context.Context, req ReadRequest) (ReadResult, erro
 	if (res.State == mcpsync.StateActive || res.State == mcpsync.StateTombstonePending) && r.sessGen != nil && *r.sessGen == deref(r.subSessGen) {
 		period := deref(r.poll)
 		res.Refresh = "poll"
-		if deref(r.capSubscribe) {
+		// A URI the server left out of its subscriptions/listen acknowledgement on this
+		// session is not watched: it polls, never real-time (issue 13 item 3, R11).
+		res.NotAcknowledged = deref(r.notAcknowledged)
+		if deref(r.capSubscribe) && !res.NotAcknowledged {
 			period, res.Refresh = deref(r.backstop), "notify"
 		}
 		res.StalenessBoundSeconds = period + (period+4)/5
