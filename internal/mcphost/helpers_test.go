@@ -63,10 +63,14 @@ func newFixture(t *testing.T) *fixture {
 // chaosHTTP starts a fault-injecting server on a free loopback port, stopped when the test
 // ends.
 func (f *fixture) chaosHTTP(opts chaosmcp.Options) (*chaosmcp.Server, *chaosmcp.HTTPServer) {
+	return f.chaosHTTPWith(opts, (*chaosmcp.Server).StartHTTP)
+}
+
+func (f *fixture) chaosHTTPWith(opts chaosmcp.Options, start func(*chaosmcp.Server, string) (*chaosmcp.HTTPServer, error)) (*chaosmcp.Server, *chaosmcp.HTTPServer) {
 	f.t.Helper()
 	srv := chaosmcp.New(opts)
 	f.t.Cleanup(func() { srv.Close() })
-	hs, err := srv.StartHTTP("127.0.0.1:0")
+	hs, err := start(srv, "127.0.0.1:0")
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -369,13 +373,5 @@ func procState(pid int) string {
 
 // chaosHTTPBothEras is chaosHTTP serving both eras on one endpoint (2026-07-28 stateless).
 func (f *fixture) chaosHTTPBothEras(opts chaosmcp.Options) (*chaosmcp.Server, *chaosmcp.HTTPServer) {
-	f.t.Helper()
-	srv := chaosmcp.New(opts)
-	f.t.Cleanup(func() { srv.Close() })
-	hs, err := srv.StartHTTPBothEras("127.0.0.1:0")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(func() { hs.Close() })
-	return srv, hs
+	return f.chaosHTTPWith(opts, (*chaosmcp.Server).StartHTTPBothEras)
 }
