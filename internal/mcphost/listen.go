@@ -871,7 +871,13 @@ func (t *listenTap) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(body, 1<<22))
 	_ = body.Close()
-	if err != nil || !bytes.Contains(data, []byte(methodListen)) {
+	if err != nil {
+		return t.next.RoundTrip(req)
+	}
+	if stamped, ok := stampNotificationVersion(req.Header, data); ok {
+		return t.next.RoundTrip(withBody(req, stamped))
+	}
+	if !bytes.Contains(data, []byte(methodListen)) {
 		return t.next.RoundTrip(req)
 	}
 	var msg listenRequest

@@ -1,0 +1,4 @@
+package mcphost
+
+// StampNotificationVersion exposes stampNotificationVersion to the external tests.
+var StampNotificationVersion = stampNotificationVersion
