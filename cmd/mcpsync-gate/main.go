@@ -3,6 +3,8 @@
 // release measurements — 100,000 shuffled interleavings, discovery chaos, a duplicate
 // notification storm, convergence with dropped notifications, revocation latency — and the
 // R24 invariants, then prints the release table: metric, seed threshold, measured, pass/fail.
+// The storm and convergence sections run once per MCP era (2025-11-25 and 2026-07-28), one
+// row each, and both must pass.
 // It exits 0 if every row passes, 1 if any fails, 2 on bad flags. `mcpsync gate` runs it.
 // The console shows progress and the table only; the components' logs go to a file whose path
 // the first line names.
@@ -17,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -33,13 +36,14 @@ func main() {
 	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
 	revocations := fs.Int("revocations", 1000, "principals revoked with reads in flight for the revocation latency (R29)")
 	stormResources := fs.Int("storm-resources", 50, "resources of the duplicate-notification storm (R27), each changed 10 times and notified 100 times per change")
+	convergeFor := fs.Duration("converge-for", 60*time.Second, "how long the convergence run (R28) mutates resources, per era")
 	logLevel := fs.String("log-level", "warn", "log level of the deployment's component logs")
 	logFile := fs.String("log-file", "", "file for the component logs of the deployment (empty: a new file in the temporary directory); the console shows only progress and the table")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
-	if fs.NArg() > 0 || *shuffles < 0 || *resources <= 0 || *revocations <= 0 || *stormResources <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: mcpsync gate [--shuffles N] [--resources N] [--revocations N] [--storm-resources N] [--only a,b] [--json] [--database URL]")
+	if fs.NArg() > 0 || *shuffles < 0 || *resources <= 0 || *revocations <= 0 || *stormResources <= 0 || *convergeFor <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: mcpsync gate [--shuffles N] [--resources N] [--converge-for D] [--revocations N] [--storm-resources N] [--only a,b] [--json] [--database URL]")
 		os.Exit(2)
 	}
 	log, path, closeLog, err := fileLogger(*logLevel, *logFile)
@@ -49,7 +53,7 @@ func main() {
 	}
 	defer closeLog()
 	fmt.Fprintf(os.Stderr, "gate: component logs: %s\n", path)
-	opts := gate.Options{AdminURL: *database, Progress: os.Stderr, Logger: log, Shuffles: *shuffles, ConvergeResources: *resources, Revocations: *revocations, StormResources: *stormResources}
+	opts := gate.Options{AdminURL: *database, Progress: os.Stderr, Logger: log, Shuffles: *shuffles, ConvergeResources: *resources, ConvergeFor: *convergeFor, Revocations: *revocations, StormResources: *stormResources}
 	if *only != "" {
 		opts.Only = strings.Split(*only, ",")
 		for _, s := range opts.Only {

@@ -315,96 +315,102 @@ func TestRevocationTracedToEveryDerivedIndex(t *testing.T) {
 
 // Fault (R23): cache hit after permission revocation. Subscribe, read, revoke, then get must fail
 // with zero hits — also while gets race the revocation from many goroutines. A get that
-// starts after revoke returned never delivers a byte, with or without an index.
+// starts after revoke returned never delivers a byte, with or without an index. In both eras
+// (issue 13 item 9), the source pinned.
 func TestFaultCacheHitAfterPermissionRevocation(t *testing.T) {
-	s := newStack(t)
-	s.startChaosHTTP("vault", map[string]string{"demo://vault/secret": "s3cr3t", "demo://vault/public": "hello"})
-	s.mustCLI("grant", "mallory", "vault")
-	for _, u := range []string{"demo://vault/secret", "demo://vault/public"} {
-		s.mustCLI("subscribe", "vault", u, "--principal", "mallory")
-		s.waitAccepted("mallory", "vault", u, map[string]string{"demo://vault/secret": "s3cr3t", "demo://vault/public": "hello"}[u])
-	}
-	if got := s.mustCLI("get", "vault", "demo://vault/secret", "--principal", "mallory"); got != "s3cr3t" {
-		t.Fatalf("get before revocation = %q", got)
-	}
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			s := newStack(t)
+			srv := s.startChaosEra("vault", era, map[string]string{"demo://vault/secret": "s3cr3t", "demo://vault/public": "hello"})
+			s.mustCLI("grant", "mallory", "vault")
+			for _, u := range []string{"demo://vault/secret", "demo://vault/public"} {
+				s.mustCLI("subscribe", "vault", u, "--principal", "mallory")
+				s.waitAccepted("mallory", "vault", u, map[string]string{"demo://vault/secret": "s3cr3t", "demo://vault/public": "hello"}[u])
+			}
+			if got := s.mustCLI("get", "vault", "demo://vault/secret", "--principal", "mallory"); got != "s3cr3t" {
+				t.Fatalf("get before revocation = %q", got)
+			}
+			assertEra(t, srv, era)
 
-	var revoked atomic.Bool
-	var hits, hitsAfter, denials atomic.Int64
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for g := range 4 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				after := revoked.Load()
-				args := []string{"get", "vault", "demo://vault/secret", "--principal", "mallory"}
-				if i%2 == 1 {
-					args = append(args, "--for-index", fmt.Sprintf("idx-%d", g))
-				}
-				out, errOut, code := s.cli(args...)
-				switch code {
-				case 0:
-					hits.Add(1)
-					if after {
-						hitsAfter.Add(1)
-						t.Errorf("get after the revocation returned %q", out)
+			var revoked atomic.Bool
+			var hits, hitsAfter, denials atomic.Int64
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			for g := range 4 {
+				wg.Go(func() {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						after := revoked.Load()
+						args := []string{"get", "vault", "demo://vault/secret", "--principal", "mallory"}
+						if i%2 == 1 {
+							args = append(args, "--for-index", fmt.Sprintf("idx-%d", g))
+						}
+						out, errOut, code := s.cli(args...)
+						switch code {
+						case 0:
+							hits.Add(1)
+							if after {
+								hitsAfter.Add(1)
+								t.Errorf("get after the revocation returned %q", out)
+							}
+						case cli.ExitDenied:
+							denials.Add(1)
+						default:
+							t.Errorf("get: exit %d: %s", code, errOut)
+							return
+						}
 					}
-				case cli.ExitDenied:
-					denials.Add(1)
-				default:
-					t.Errorf("get: exit %d: %s", code, errOut)
-					return
+				})
+			}
+			eventually(t, 30*time.Second, "gets hit before the revocation", func() (bool, string) {
+				return hits.Load() >= 20, fmt.Sprint(hits.Load(), " hits")
+			})
+			out := s.mustCLI("revoke", "mallory", "--json")
+			revoked.Store(true)
+			eventually(t, 30*time.Second, "gets denied after the revocation", func() (bool, string) {
+				return denials.Load() >= 20, fmt.Sprint(denials.Load(), " denials")
+			})
+			close(stop)
+			wg.Wait()
+			if n := hitsAfter.Load(); n != 0 {
+				t.Errorf("%d cache hits after the revocation, want 0", n)
+			}
+			// Every index that took the secret before the revocation is named by it.
+			var rv revokeOut
+			if err := json.Unmarshal([]byte(out), &rv); err != nil {
+				t.Fatal(err)
+			}
+			live, err := s.st.Lineage(s.ctx, ledger.LineageFilter{Principal: "mallory", LiveOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			taken, err := s.st.Lineage(s.ctx, ledger.LineageFilter{Principal: "mallory"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			indexes := map[string]bool{}
+			for _, l := range taken {
+				indexes[l.Index] = true
+			}
+			if len(live) != 0 || len(rv.Indexes) != len(indexes) {
+				t.Errorf("revocation invalidated %d indexes, %d took content; %d lineage entries escaped", len(rv.Indexes), len(indexes), len(live))
+			}
+			for _, u := range []string{"demo://vault/secret", "demo://vault/public"} {
+				for _, extra := range [][]string{nil, {"--json"}, {"--for-index", "late"}} {
+					args := append([]string{"get", "vault", u, "--principal", "mallory"}, extra...)
+					if out := s.expectCode(cli.ExitDenied, "no standing grant", args...); out != "" {
+						t.Errorf("mcpsync %s printed %q after the revocation", strings.Join(args, " "), out)
+					}
 				}
 			}
+			s.checkTraced()
+			t.Logf("%d hits before the revocation, %d denials after", hits.Load(), denials.Load())
 		})
 	}
-	eventually(t, 30*time.Second, "gets hit before the revocation", func() (bool, string) {
-		return hits.Load() >= 20, fmt.Sprint(hits.Load(), " hits")
-	})
-	out := s.mustCLI("revoke", "mallory", "--json")
-	revoked.Store(true)
-	eventually(t, 30*time.Second, "gets denied after the revocation", func() (bool, string) {
-		return denials.Load() >= 20, fmt.Sprint(denials.Load(), " denials")
-	})
-	close(stop)
-	wg.Wait()
-	if n := hitsAfter.Load(); n != 0 {
-		t.Errorf("%d cache hits after the revocation, want 0", n)
-	}
-	// Every index that took the secret before the revocation is named by it.
-	var rv revokeOut
-	if err := json.Unmarshal([]byte(out), &rv); err != nil {
-		t.Fatal(err)
-	}
-	live, err := s.st.Lineage(s.ctx, ledger.LineageFilter{Principal: "mallory", LiveOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	taken, err := s.st.Lineage(s.ctx, ledger.LineageFilter{Principal: "mallory"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	indexes := map[string]bool{}
-	for _, l := range taken {
-		indexes[l.Index] = true
-	}
-	if len(live) != 0 || len(rv.Indexes) != len(indexes) {
-		t.Errorf("revocation invalidated %d indexes, %d took content; %d lineage entries escaped", len(rv.Indexes), len(indexes), len(live))
-	}
-	for _, u := range []string{"demo://vault/secret", "demo://vault/public"} {
-		for _, extra := range [][]string{nil, {"--json"}, {"--for-index", "late"}} {
-			args := append([]string{"get", "vault", u, "--principal", "mallory"}, extra...)
-			if out := s.expectCode(cli.ExitDenied, "no standing grant", args...); out != "" {
-				t.Errorf("mcpsync %s printed %q after the revocation", strings.Join(args, " "), out)
-			}
-		}
-	}
-	s.checkTraced()
-	t.Logf("%d hits before the revocation, %d denials after", hits.Load(), denials.Load())
 }
 
 // The output guard on the real stack (R22): control characters are stripped from what get

@@ -149,91 +149,92 @@ func (s *stack) converged(source string, final map[string]string, within time.Du
 // Crashes while changes stream in: the worker killed with SIGKILL and restarted, PostgreSQL
 // restarted, the MCP server restarted. After each, no subscription is lost, no version
 // regresses (R24 from the ledger), and every subscription converges on the server's content.
+// In both eras, the source pinned; in 2026-07-28 the MCP server's restart also cuts its
+// subscriptions/listen streams without their complete result, as a crashed server would.
 func TestCrashesWhileStreaming(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "pg"), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cluster.Stop(context.Background()) })
-	pool, err := pgxpool.New(ctx, cluster.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dbschema.Apply(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	pool.Close()
-	s := newStack(t, withDatabase(cluster.URL()), withoutWorker())
-
-	const n = 20
-	res := map[string]string{}
-	var uris []string
-	for i := 0; i < n; i++ {
-		u := fmt.Sprintf("demo://crash/%02d", i)
-		res[u], uris = "v0", append(uris, u)
-	}
-	srv := chaosmcp.New(chaosmcp.Options{Name: "crash"})
-	t.Cleanup(func() { srv.Close() })
-	for u, b := range res {
-		srv.Set(u, b, "text/plain")
-	}
-	h, err := srv.StartHTTP("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	w1 := s.startWorkerProcess(dir, 1)
-	s.mustCLI("source", "add", "crash", "--url", h.URL, "--backstop", "10s")
-	for _, u := range uris {
-		s.mustCLI("subscribe", "crash", u, "--wait", "60s")
-	}
-	s.converged("crash", res, time.Minute, "initial versions")
-
-	// 1. kill -9 the worker mid-stream, keep changing, start a new worker.
-	m := startMutator(srv, uris)
-	m.await(t, 15, "changes in flight when the worker dies")
-	w1.kill()
-	m.await(t, 15, "changes while no worker runs")
-	s.startWorkerProcess(dir, 2)
-	s.converged("crash", m.halt(t), 2*time.Minute, "converged after the worker was killed")
-	s.checkInvariants()
-
-	// 2. Restart PostgreSQL mid-stream.
-	m = startMutator(srv, uris)
-	m.await(t, 15, "changes in flight when PostgreSQL stops")
-	port := cluster.Port()
-	if err := cluster.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	m.await(t, 30, "changes while PostgreSQL is down")
-	cluster, err = pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "pg"), Port: port, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.converged("crash", m.halt(t), 2*time.Minute, "converged after PostgreSQL restarted")
-	s.checkInvariants()
-
-	// 3. Restart the MCP server mid-stream (every session ends; updates in between are lost).
-	m = startMutator(srv, uris)
-	m.await(t, 15, "changes in flight when the MCP server restarts")
-	srv.Restart()
-	m.await(t, 30, "changes while the sessions reconnect")
-	s.converged("crash", m.halt(t), 2*time.Minute, "converged after the MCP server restarted")
-
-	// No subscription is lost: each is ACTIVE again once it has re-established on the newest
-	// session (a session that ends once more right after the restart parks one in
-	// RECONCILIATION_REQUIRED until it does).
-	eventually(t, 2*time.Minute, "every subscription ACTIVE after the restarts", func() (bool, string) {
-		for _, u := range uris {
-			if sub := s.sub("crash", u); sub.State != mcpsync.StateActive {
-				return false, fmt.Sprintf("%s lost: %s (%s)", u, sub.State, sub.StateReason)
+	for _, era := range eras {
+		t.Run(era, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx := context.Background()
+			cluster, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "pg"), NoFsync: true})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return true, ""
-	})
-	s.checkInvariants()
+			t.Cleanup(func() { cluster.Stop(context.Background()) })
+			pool, err := pgxpool.New(ctx, cluster.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := dbschema.Apply(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			pool.Close()
+			s := newStack(t, withDatabase(cluster.URL()), withoutWorker())
+
+			const n = 20
+			res := map[string]string{}
+			var uris []string
+			for i := 0; i < n; i++ {
+				u := fmt.Sprintf("demo://crash/%02d", i)
+				res[u], uris = "v0", append(uris, u)
+			}
+			srv := newEraServer(t, "crash", res)
+			h := serveBothEras(t, srv, "127.0.0.1:0")
+			w1 := s.startWorkerProcess(dir, 1)
+			s.mustCLI("source", "add", "crash", "--url", h.URL, "--backstop", "10s", "--protocol", era)
+			for _, u := range uris {
+				s.mustCLI("subscribe", "crash", u, "--wait", "60s")
+			}
+			s.converged("crash", res, time.Minute, "initial versions")
+
+			// 1. kill -9 the worker mid-stream, keep changing, start a new worker.
+			m := startMutator(srv, uris)
+			m.await(t, 15, "changes in flight when the worker dies")
+			w1.kill()
+			m.await(t, 15, "changes while no worker runs")
+			s.startWorkerProcess(dir, 2)
+			s.converged("crash", m.halt(t), 2*time.Minute, "converged after the worker was killed")
+			s.checkInvariants()
+
+			// 2. Restart PostgreSQL mid-stream.
+			m = startMutator(srv, uris)
+			m.await(t, 15, "changes in flight when PostgreSQL stops")
+			port := cluster.Port()
+			if err := cluster.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			m.await(t, 30, "changes while PostgreSQL is down")
+			cluster, err = pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "pg"), Port: port, NoFsync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.converged("crash", m.halt(t), 2*time.Minute, "converged after PostgreSQL restarted")
+			s.checkInvariants()
+
+			// 3. Restart the MCP server mid-stream (every session ends; updates in between are lost).
+			m = startMutator(srv, uris)
+			m.await(t, 15, "changes in flight when the MCP server restarts")
+			srv.Restart()
+			if era == ledger.ProtocolModern {
+				srv.DropListenStreams()
+			}
+			m.await(t, 30, "changes while the sessions reconnect")
+			s.converged("crash", m.halt(t), 2*time.Minute, "converged after the MCP server restarted")
+
+			// No subscription is lost: each is ACTIVE again once it has re-established on the newest
+			// session (a session that ends once more right after the restart parks one in
+			// RECONCILIATION_REQUIRED until it does).
+			eventually(t, 2*time.Minute, "every subscription ACTIVE after the restarts", func() (bool, string) {
+				for _, u := range uris {
+					if sub := s.sub("crash", u); sub.State != mcpsync.StateActive {
+						return false, fmt.Sprintf("%s lost: %s (%s)", u, sub.State, sub.StateReason)
+					}
+				}
+				return true, ""
+			})
+			s.checkInvariants()
+		})
+	}
 }
 
 // lastDispatches describes a subscription's newest read dispatches.

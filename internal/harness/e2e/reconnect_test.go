@@ -135,42 +135,32 @@ func TestReconnectAcceptsChangeMadeWhileDisconnected(t *testing.T) {
 		// after runs on the re-established subscription (nil: nothing more).
 		after func(t *testing.T, s *stack, sub ledger.Subscription)
 	}
-	tests := []struct {
+	transports := []struct {
 		name  string
-		setup func(t *testing.T, s *stack) server
+		setup func(t *testing.T, s *stack, protocol string) server
 	}{
-		{"stdio demo server killed", func(t *testing.T, s *stack) server {
+		{"stdio demo server killed", func(t *testing.T, s *stack, protocol string) server {
 			bin := binary(t, "mcpsync-demo-server")
 			// No ticks: the clock resource only changes when a new process starts.
-			s.mustCLI("source", "add", "src", "--stdio", bin+" --interval 1h", "--backstop", "1h")
+			s.mustCLI("source", "add", "src", "--stdio", bin+" --interval 1h --eras both", "--backstop", "1h", "--protocol", protocol)
 			return server{
 				uri:             "demo://clock/now",
 				kill:            func(t *testing.T) { kill(t, childPID(t, bin)) },
 				changeAndRevive: func(*testing.T) {}, // the host starts a new process itself
 			}
 		}},
-		{"http chaos server crashed, changed and restarted", func(t *testing.T, s *stack) server {
+		{"http chaos server crashed, changed and restarted", func(t *testing.T, s *stack, protocol string) server {
 			const u = "demo://notes/~draft_1.v-2"
-			srv := chaosmcp.New(chaosmcp.Options{Name: "chaos", Version: "1.0.0"})
-			t.Cleanup(func() { srv.Close() })
-			srv.Set(u, "before the crash\n", "text/plain")
+			srv := newEraServer(t, "chaos", map[string]string{u: "before the crash\n"})
 			srv.SetUpdateURIRewrite(chaosmcp.EncodeUnreserved)
-			hs, err := srv.StartHTTP("127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { hs.Close() })
-			s.mustCLI("source", "add", "src", "--url", hs.URL, "--backstop", "1h")
+			hs := serveBothEras(t, srv, "127.0.0.1:0")
+			s.mustCLI("source", "add", "src", "--url", hs.URL, "--backstop", "1h", "--protocol", protocol)
 			return server{
 				uri:  u,
 				kill: func(t *testing.T) { hs.Close() },
 				changeAndRevive: func(t *testing.T) {
 					srv.Set(u, "changed while disconnected\n", "text/plain")
-					again, err := srv.StartHTTP(hs.Addr)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { again.Close() })
+					serveBothEras(t, srv, hs.Addr)
 				},
 				after: func(t *testing.T, s *stack, sub ledger.Subscription) {
 					if got := s.mustCLI("get", "src", u); got != "changed while disconnected\n" {
@@ -191,10 +181,24 @@ func TestReconnectAcceptsChangeMadeWhileDisconnected(t *testing.T) {
 			}
 		}},
 	}
+	// Each transport in both eras, the source pinned: a killed or crashed server ends a
+	// 2026-07-28 session's listen stream and its transport alike, so it is a new session
+	// generation there too (the epoch without a new generation is
+	// TestEraFaultListenStreamDroppedWithoutComplete's).
+	type reconnectCase struct {
+		name, protocol string
+		setup          func(t *testing.T, s *stack, protocol string) server
+	}
+	var tests []reconnectCase
+	for _, tr := range transports {
+		for _, era := range eras {
+			tests = append(tests, reconnectCase{tr.name + "/" + era, era, tr.setup})
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStack(t)
-			srvr := tt.setup(t, s)
+			srvr := tt.setup(t, s, tt.protocol)
 			src := s.source("src")
 			w := s.worker()
 			old := s.liveSession(w, src.ID, 0)

@@ -31,7 +31,8 @@ type Options struct {
 	// default 100,000).
 	Shuffles int
 	// StormResources, StormRounds and StormCopies size the duplicate-notification storm
-	// (R27; defaults 50 resources × 10 changes, each notified 100 times).
+	// (R27; defaults 50 resources × 10 changes, each notified 100 times). The storm runs
+	// once per MCP era (2025-11-25, 2026-07-28) at this size, one row each.
 	StormResources, StormRounds, StormCopies int
 	// StormSpacing is the gap between the copies of one notification (default 2 ms): copies
 	// arrive as separate messages, so they reach the workflow as separate signals instead of
@@ -39,6 +40,7 @@ type Options struct {
 	StormSpacing time.Duration
 	// ConvergeResources, ConvergeRate, ConvergeFor and DropRate size the convergence run
 	// (R28; defaults 1,000 resources, 20 mutations/s for 60 s, 20 % of notifications dropped).
+	// The run happens once per MCP era at this size, one row each.
 	ConvergeResources int
 	ConvergeRate      float64
 	ConvergeFor       time.Duration

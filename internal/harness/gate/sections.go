@@ -93,14 +93,30 @@ func shuffles(ctx context.Context, g *run) ([]Row, error) {
 
 // chaosSource starts a fault-injecting server over streamable HTTP with n resources named
 // prefix/0000…, registers it as source name and subscribes to every resource, waiting until
-// each has its first version.
+// each has its first version. The server speaks 2025-11-25 only and the source negotiates.
 func (g *run) chaosSource(ctx context.Context, name string, n int, extra ...string) (*chaosmcp.Server, func(int) string, error) {
-	srv := chaosmcp.New(chaosmcp.Options{Name: name, Version: "1"})
+	return g.chaosSourceEra(ctx, name, "", n, extra...)
+}
+
+// chaosSourceEra is chaosSource in an MCP era: with protocol set, the server speaks both eras
+// from one endpoint (stateful HTTP for 2025-11-25, stateless for 2026-07-28) and the source is
+// pinned to protocol, so its session is in that era (issue 13 item 9).
+func (g *run) chaosSourceEra(ctx context.Context, name, protocol string, n int, extra ...string) (*chaosmcp.Server, func(int) string, error) {
+	opts := chaosmcp.Options{Name: name, Version: "1"}
+	if protocol != "" {
+		opts.ProtocolVersions = chaosmcp.AllProtocolVersions
+		extra = append([]string{"--protocol", protocol}, extra...)
+	}
+	srv := chaosmcp.New(opts)
 	uriOf := func(i int) string { return fmt.Sprintf("demo://%s/%04d", name, i) }
 	for i := 0; i < n; i++ {
 		srv.Set(uriOf(i), "v0", "text/plain")
 	}
-	h, err := srv.StartHTTP("127.0.0.1:0")
+	start := srv.StartHTTP
+	if protocol != "" {
+		start = srv.StartHTTPBothEras
+	}
+	h, err := start("127.0.0.1:0")
 	if err != nil {
 		srv.Close()
 		return nil, nil, err
@@ -117,8 +133,41 @@ func (g *run) chaosSource(ctx context.Context, name string, n int, extra ...stri
 	if err := g.waitActive(ctx, name, n); err != nil {
 		return nil, nil, err
 	}
+	if err := checkEra(srv, protocol); err != nil {
+		return nil, nil, fmt.Errorf("source %s: %w", name, err)
+	}
 	return srv, uriOf, nil
 }
+
+// checkEra reports an error unless the server saw the source's sessions in the pinned era
+// (no pin: nothing to check): 2025-11-25 protocol sessions and no listen stream, or no
+// protocol session and listen streams. A row measured in the wrong era would pass for the
+// other one.
+func checkEra(srv *chaosmcp.Server, protocol string) error {
+	if protocol == "" {
+		return nil
+	}
+	sessions, listens := srv.Sessions(), srv.Stats().ListensStarted
+	for _, si := range sessions {
+		if si.ProtocolVersion != protocol {
+			return fmt.Errorf("pinned to %s, the server saw a %s session", protocol, si.ProtocolVersion)
+		}
+	}
+	switch {
+	case protocol == ledger.ProtocolModern && (len(sessions) > 0 || listens == 0):
+		return fmt.Errorf("pinned to %s, the server saw %d protocol sessions and %d listen streams", protocol, len(sessions), listens)
+	case protocol == ledger.ProtocolLegacy && (len(sessions) == 0 || listens > 0):
+		return fmt.Errorf("pinned to %s, the server saw %d protocol sessions and %d listen streams", protocol, len(sessions), listens)
+	}
+	return nil
+}
+
+// eras are the MCP revisions the convergence and duplicate-storm sections run in, one row
+// each (issue 13 item 9); both must pass.
+var eras = []string{ledger.ProtocolLegacy, ledger.ProtocolModern}
+
+// eraSource names a section's source in an era: "storm-2025-11-25".
+func eraSource(section, protocol string) string { return section + "-" + protocol }
 
 // waitActive waits until n subscriptions of a source are ACTIVE with a first version.
 func (g *run) waitActive(ctx context.Context, source string, n int) error {
@@ -161,26 +210,41 @@ func (g *run) acceptedDigests(ctx context.Context, source string) (map[string]st
 // reach the client as separate messages; reads per change, counted once the system is
 // quiescent, must stay below 1.2. The detail splits the duplicates into those the session
 // host merged (several notifications, one signal) and those the workflow coalesced (a signal
-// that caused no read of its own).
+// that caused no read of its own). It runs once per era, a source of its own each, one row
+// per era.
 func storm(ctx context.Context, g *run) ([]Row, error) {
+	var rows []Row
+	for _, era := range eras {
+		r, err := stormEra(ctx, g, era)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", era, err)
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
+// stormEra is the storm on a source pinned to protocol.
+func stormEra(ctx context.Context, g *run, protocol string) ([]Row, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	n, rounds, copies := g.opts.StormResources, g.opts.StormRounds, g.opts.StormCopies
-	srv, uriOf, err := g.chaosSource(ctx, "storm", n, "--backstop", "1h")
+	source := eraSource("storm", protocol)
+	srv, uriOf, err := g.chaosSourceEra(ctx, source, protocol, n, "--backstop", "1h")
 	if err != nil {
 		return nil, err
 	}
 	countReads := func() (int64, error) {
 		var c int64
 		err := g.stack.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches d JOIN subscriptions s ON s.id = d.subscription_id
-			JOIN sources so ON so.id = s.source_id WHERE so.name = 'storm'`).Scan(&c)
+			JOIN sources so ON so.id = s.source_id WHERE so.name = $1`, source).Scan(&c)
 		return c, err
 	}
 	before, err := countReads()
 	if err != nil {
 		return nil, err
 	}
-	countersBefore, err := g.stormCounters(ctx)
+	countersBefore, err := g.stormCounters(ctx, source)
 	if err != nil {
 		return nil, err
 	}
@@ -194,17 +258,17 @@ func storm(ctx context.Context, g *run) ([]Row, error) {
 			srv.Set(uriOf(i), body, "text/plain")
 			want[uriOf(i)] = ledger.Digest([]byte(body))
 		}
-		if err := g.waitDigests(ctx, "storm", want, 2*time.Minute); err != nil {
+		if err := g.waitDigests(ctx, source, want, 2*time.Minute); err != nil {
 			return nil, err
 		}
-		g.progress("storm: round %d/%d converged", r, rounds)
+		g.progress("storm (%s): round %d/%d converged", protocol, r, rounds)
 	}
 	// Quiescent: every copy sent and no read dispatched for a while.
 	after, err := g.waitQuiet(ctx, func() (int64, error) { return countReads() }, func() int64 { return int64(srv.Stats().UpdatesSent) }, 3*time.Second, 2*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	countersAfter, err := g.stormCounters(ctx)
+	countersAfter, err := g.stormCounters(ctx, source)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +279,7 @@ func storm(ctx context.Context, g *run) ([]Row, error) {
 	merged := d.Notifications - d.Signals
 	coalesced := d.Signals - d.NotificationReads
 	return []Row{{
-		Requirement: "R27", Metric: "read amplification under duplicate notifications", Threshold: "< 1.2x",
+		Requirement: "R27", Metric: fmt.Sprintf("duplicate storm (%s): read amplification under duplicate notifications", protocol), Threshold: "< 1.2x",
 		Measured: fmt.Sprintf("%.3fx", amp), Value: amp, Pass: amp < 1.2,
 		Detail: fmt.Sprintf("%d changes notified %d times (%d copies each, %s apart), counted when quiescent: %d reads; "+
 			"the workflows received %d notifications as %d signals (%d merged in the host), %d signals caused no read of their own (coalesced in the workflow; %d notifications were stale or duplicate, %d covered by a read sent after they reached the host)",
@@ -233,9 +297,9 @@ func (a stormTotals) minus(b stormTotals) stormTotals {
 		a.Covered - b.Covered, a.NotificationReads - b.NotificationReads}
 }
 
-// stormCounters queries every subscription workflow of the storm source for its counters.
-func (g *run) stormCounters(ctx context.Context) (stormTotals, error) {
-	subs, err := g.stack.Store.ListSubscriptions(ctx, ledger.SubscriptionFilter{Source: "storm"})
+// stormCounters queries every subscription workflow of a storm source for its counters.
+func (g *run) stormCounters(ctx context.Context, source string) (stormTotals, error) {
+	subs, err := g.stack.Store.ListSubscriptions(ctx, ledger.SubscriptionFilter{Source: source})
 	if err != nil {
 		return stormTotals{}, err
 	}
@@ -315,12 +379,26 @@ func (g *run) waitDigests(ctx context.Context, source string, want map[string]st
 
 // converge measures R28: ConvergeResources active resources mutate at ConvergeRate for
 // ConvergeFor while DropRate of the update notifications are lost; the share of mutations
-// whose content (or a newer one) was accepted within Within must be at least 99.9 %.
+// whose content (or a newer one) was accepted within Within must be at least 99.9 %. It runs
+// once per era, a source of its own each, one row per era.
 func converge(ctx context.Context, g *run) ([]Row, error) {
+	var rows []Row
+	for _, era := range eras {
+		r, err := convergeEra(ctx, g, era)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", era, err)
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
+// convergeEra is the convergence run on a source pinned to protocol.
+func convergeEra(ctx context.Context, g *run, protocol string) ([]Row, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	n := g.opts.ConvergeResources
-	srv, uriOf, err := g.chaosSource(ctx, "converge", n)
+	srv, uriOf, err := g.chaosSourceEra(ctx, eraSource("converge", protocol), protocol, n)
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +429,7 @@ func converge(ctx context.Context, g *run) ([]Row, error) {
 		next = next.Add(interval)
 		time.Sleep(time.Until(next))
 	}
-	g.progress("converge: %d mutations sent; waiting up to %s for the last ones", len(muts), g.opts.Within)
+	g.progress("converge (%s): %d mutations sent; waiting up to %s for the last ones", protocol, len(muts), g.opts.Within)
 	// accepted[uri] lists (time, mutation number) of every version accepted since the start.
 	type acc struct {
 		at  time.Time
@@ -401,7 +479,7 @@ func converge(ctx context.Context, g *run) ([]Row, error) {
 			lat[len(lat)*99/100].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 	}
 	return []Row{{
-		Requirement: "R28", Metric: fmt.Sprintf("active resources converged within %s (%.0f %% notifications dropped)", g.opts.Within, g.opts.DropRate*100),
+		Requirement: "R28", Metric: fmt.Sprintf("convergence (%s): active resources converged within %s (%.0f %% notifications dropped)", protocol, g.opts.Within, g.opts.DropRate*100),
 		Threshold: ">= 99.9 %", Measured: fmt.Sprintf("%.2f %%", share*100), Value: share, Pass: share >= 0.999, Detail: detail,
 	}}, nil
 }
