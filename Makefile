@@ -49,15 +49,23 @@ test:
 conformance:
 	@scripts/conformance.sh
 
-## bench: every benchmark, one after another (goal: under 20 minutes), each printing its figures
-## as `bench: <name> <value> <unit> (baseline <name> <value> <unit>, ratio <r>)` lines, then
-## `bench: bench-time-<bench> <s> s` per benchmark and `bench: bench-total <s> s`:
+## bench: every benchmark, one after another, in under 20 minutes on a quiet 2-core machine,
+## each printing its figures as `bench: <name> <value> <unit> (baseline <name> <value> <unit>,
+## ratio <r>)` lines, then `bench: bench-time-<bench> <s> s (baseline bench-budget-<bench> ...)`
+## per benchmark and `bench: bench-total <s> s (baseline bench-goal 1200 s, ...)`. Each step
+## has a time budget (BENCH_BUDGET_<step>, seconds; they add up to under 20 minutes): a step
+## still running at its budget is interrupted (SIGINT, killed 20 s later) and counts as failed,
+## so `make bench` never hangs; throughput and scale are given a -budget a little shorter and
+## stop in time by themselves, printing what they measured.
+## Build: the bench commands are compiled once into bin/bench/ first (timed against its budget,
+## never interrupted), so no step's time includes compiling.
 ## Throughput (issue 16): on the embedded default `make run` starts (its Temporal persistence
 ## and dynamic config, mcpsync-worker as its own process, a fsync'd ledger), 1,000
 ## subscriptions at 150 mutations/s: accepted/s and p50/p99 next to the floor (the simplest
 ## entity workflow at the same rate on the same server), a raw go-sdk read loop, history events
-## and workflow tasks per update, and the saturation point (p99 <= 1 s). With TEMPORAL_ADDRESS
-## set it runs against that cluster. THROUGHPUTFLAGS passes flags (see -help).
+## and workflow tasks per update, the saturation point (p99 <= 1 s), and the same workload on
+## the in-memory Temporal test server beside it (memory-* figures, labelled). With
+## TEMPORAL_ADDRESS set it runs against that cluster. THROUGHPUTFLAGS passes flags (see -help).
 ## Read amplification (R27): the gate's storm section, 100 duplicate notifications per change.
 ## Revocation latency (R29): p50/p99 from `mcpsync revoke` to every derived index's
 ## invalidation delivered to its outbox consumer, over 1,000 subscriptions and 10 indexes, with
@@ -67,43 +75,85 @@ conformance:
 ## Ledger: acceptResourceVersion with 8 writers (allocate+accept pairs, accepts only) against
 ## `pgbench -N` on the same cluster, and their ratio (goal >= 0.6); the server is
 ## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.
-## Prune: `mcpsync prune` over a simulated day of 1,000 subscriptions. PRUNEBENCHFLAGS.
-## Persistence (issue 16): the embedded server's persistence options with the floor workload.
-## PERSISTBENCHFLAGS passes flags.
+## Prune: `mcpsync prune` over a simulated day of 200 subscriptions. PRUNEBENCHFLAGS.
+## Persistence (issue 16): the embedded server's persistence options with the floor workload
+## (1,000 workflows at 150 signals/s). PERSISTBENCHFLAGS passes flags.
 ## Scale (issue 16): 10,000 live subscriptions on one worker on the `make run` processes: time
-## to ACTIVE, RSS, re-read storm. SCALEBENCHFLAGS passes flags.
-## A benchmark that fails does not stop the others; the target fails at the end naming it.
+## to ACTIVE (or, at its budget, how many were ACTIVE and the rate), RSS, the sticky workflow
+## cache they need, re-read storm. SCALEBENCHFLAGS passes flags.
 ## Gateway (issue 15): agent reads and notifications through the MCP gateway against the CLI
 ## and raw go-sdk baselines. GATEWAYBENCHFLAGS passes flags.
-## bench-quick: the same benchmarks at small sizes (goal: under 3 minutes); the *FLAGS above
-## still apply and override the small sizes.
-BENCH_STEP = echo "== bench $(1)"; s=$$(date +%s); $(2) || failed="$$failed $(1)"; echo "bench: bench-time-$(1) $$(( $$(date +%s) - s )) s"
-BENCH_END  = echo "bench: bench-total $$(( $$(date +%s) - t0 )) s"; [ -z "$$failed" ] || { echo "bench: FAILED:$$failed" >&2; exit 1; }
+## A benchmark that fails does not stop the others; the target fails at the end naming it.
+## bench-quick: the same benchmarks at small sizes (goal: under 3 minutes; its budgets,
+## BENCH_QUICK_BUDGET_<step>, are only a guard against a hang); the *FLAGS above still apply
+## and override the small sizes.
+BENCH_GOAL                   ?= 1200
+BENCH_BUDGET_build           ?= 80
+BENCH_BUDGET_throughput      ?= 300
+BENCH_BUDGET_storm           ?= 60
+BENCH_BUDGET_revoke          ?= 110
+BENCH_BUDGET_scan            ?= 45
+BENCH_BUDGET_ledger          ?= 45
+BENCH_BUDGET_prune           ?= 70
+BENCH_BUDGET_persistence     ?= 140
+BENCH_BUDGET_scale           ?= 300
+BENCH_BUDGET_gateway         ?= 45
+BENCH_QUICK_GOAL             ?= 180
+BENCH_QUICK_BUDGET_build     ?= 30
+BENCH_QUICK_BUDGET_throughput ?= 120
+BENCH_QUICK_BUDGET_storm     ?= 60
+BENCH_QUICK_BUDGET_revoke    ?= 40
+BENCH_QUICK_BUDGET_scan      ?= 30
+BENCH_QUICK_BUDGET_ledger    ?= 40
+BENCH_QUICK_BUDGET_prune     ?= 30
+BENCH_QUICK_BUDGET_persistence ?= 60
+BENCH_QUICK_BUDGET_scale     ?= 90
+BENCH_QUICK_BUDGET_gateway   ?= 45
+BB := $(BIN)/bench
+# BENCH_STEP name,budget-seconds,command: runs command under `timeout` (SIGINT at the budget,
+# SIGKILL 20 s later; --foreground keeps Ctrl-C working) and prints its wall time next to the
+# budget. BENCH_END prints the total next to the goal and fails naming the failed steps.
+BENCH_STEP = echo "== bench $(1) (budget $(2) s)"; s=$$(date +%s); \
+	timeout --foreground -s INT -k 20 $(2) $(3); rc=$$?; el=$$(( $$(date +%s) - s )); \
+	if [ $$rc = 124 ] || [ $$rc = 137 ]; then failed="$$failed $(1)(stopped-at-budget)"; elif [ $$rc != 0 ]; then failed="$$failed $(1)"; fi; \
+	echo "bench: bench-time-$(1) $$el s (baseline bench-budget-$(1) $(2) s, ratio $$(awk -v a=$$el -v b=$(2) 'BEGIN { printf "%.2f", a / b }'))"
+# BENCH_BUILD_STEP budget: compiles the bench commands, timed against its budget but never
+# interrupted (a slow build is reported, not cut short).
+BENCH_BUILD_STEP = echo "== bench build (budget $(1) s)"; s=$$(date +%s); \
+	$(BENCH_BUILD) || { echo "bench: FAILED: build" >&2; exit 1; }; el=$$(( $$(date +%s) - s )); \
+	echo "bench: bench-time-build $$el s (baseline bench-budget-build $(1) s, ratio $$(awk -v a=$$el -v b=$(1) 'BEGIN { printf "%.2f", a / b }'))"
+BENCH_END  = el=$$(( $$(date +%s) - t0 )); \
+	echo "bench: bench-total $$el s (baseline bench-goal $(1) s, ratio $$(awk -v a=$$el -v b=$(1) 'BEGIN { printf "%.2f", a / b }'))"; \
+	[ -z "$$failed" ] || { echo "bench: FAILED:$$failed" >&2; exit 1; }
+BENCH_BUILD = $(GO) build -o $(BB)/ ./bench/... ./cmd/mcpsync-gate
+
 bench: build-run
 	@t0=$$(date +%s); failed=; \
-	$(call BENCH_STEP,throughput,$(GO) run ./bench/throughput -worker-bin $(BIN)/mcpsync-worker $(THROUGHPUTFLAGS)); \
-	$(call BENCH_STEP,storm,$(GO) run ./cmd/mcpsync-gate --only storm); \
-	$(call BENCH_STEP,revoke,$(GO) run ./bench/revoke $(BENCHFLAGS)); \
-	$(call BENCH_STEP,scan,$(GO) run ./bench/scan $(SCANBENCHFLAGS)); \
-	$(call BENCH_STEP,ledger,$(GO) run ./bench/ledger $(LEDGERBENCHFLAGS)); \
-	$(call BENCH_STEP,prune,$(GO) run ./bench/prune $(PRUNEBENCHFLAGS)); \
-	$(call BENCH_STEP,persistence,$(GO) run ./bench/persistence $(PERSISTBENCHFLAGS)); \
-	$(call BENCH_STEP,scale,$(GO) run ./bench/scale -bin $(BIN) $(SCALEBENCHFLAGS)); \
-	$(call BENCH_STEP,gateway,$(GO) run ./bench/gateway $(GATEWAYBENCHFLAGS)); \
-	$(BENCH_END)
+	$(call BENCH_BUILD_STEP,$(BENCH_BUDGET_build)); \
+	$(call BENCH_STEP,throughput,$(BENCH_BUDGET_throughput),$(BB)/throughput -worker-bin $(BIN)/mcpsync-worker -duration 20s -step 10s -steps 3 -memory 20s -budget $$(( $(BENCH_BUDGET_throughput) - 30 ))s $(THROUGHPUTFLAGS)); \
+	$(call BENCH_STEP,storm,$(BENCH_BUDGET_storm),$(BB)/mcpsync-gate --only storm); \
+	$(call BENCH_STEP,revoke,$(BENCH_BUDGET_revoke),$(BB)/revoke $(BENCHFLAGS)); \
+	$(call BENCH_STEP,scan,$(BENCH_BUDGET_scan),$(BB)/scan $(SCANBENCHFLAGS)); \
+	$(call BENCH_STEP,ledger,$(BENCH_BUDGET_ledger),$(BB)/ledger -duration 9s -rounds 3 $(LEDGERBENCHFLAGS)); \
+	$(call BENCH_STEP,prune,$(BENCH_BUDGET_prune),$(BB)/prune -subscriptions 200 $(PRUNEBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(BENCH_BUDGET_persistence),$(BB)/persistence -duration 10s $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,scale,$(BENCH_BUDGET_scale),$(BB)/scale -bin $(BIN) -n 10000 -probe 15s -budget $$(( $(BENCH_BUDGET_scale) - 25 ))s $(SCALEBENCHFLAGS)); \
+	$(call BENCH_STEP,gateway,$(BENCH_BUDGET_gateway),$(BB)/gateway -duration 5s $(GATEWAYBENCHFLAGS)); \
+	$(call BENCH_END,$(BENCH_GOAL))
 
 bench-quick: build-run
 	@t0=$$(date +%s); failed=; \
-	$(call BENCH_STEP,throughput,$(GO) run ./bench/throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 50 -rate 20 -duration 5s -step 3s -steps 1 -sample 20 -baseline 1s $(THROUGHPUTFLAGS)); \
-	$(call BENCH_STEP,storm,$(GO) run ./cmd/mcpsync-gate --only storm --storm-resources 10); \
-	$(call BENCH_STEP,revoke,$(GO) run ./bench/revoke -subscriptions 100 -principals 10 -indexes 3 -probes 20 $(BENCHFLAGS)); \
-	$(call BENCH_STEP,scan,$(GO) run ./bench/scan -resources 5000 -runs 1 $(SCANBENCHFLAGS)); \
-	$(call BENCH_STEP,ledger,$(GO) run ./bench/ledger -duration 3s -rounds 1 -warmup 1s -scale 1 $(LEDGERBENCHFLAGS)); \
-	$(call BENCH_STEP,prune,$(GO) run ./bench/prune -subscriptions 100 -sources 2 -hours 3 $(PRUNEBENCHFLAGS)); \
-	$(call BENCH_STEP,persistence,$(GO) run ./bench/persistence -workflows 50 -rate 20 -duration 3s $(PERSISTBENCHFLAGS)); \
-	$(call BENCH_STEP,scale,$(GO) run ./bench/scale -bin $(BIN) -n 200 -probe 3s $(SCALEBENCHFLAGS)); \
-	$(call BENCH_STEP,gateway,$(GO) run ./bench/gateway -agents 2 -duration 2s -updates 5 $(GATEWAYBENCHFLAGS)); \
-	$(BENCH_END)
+	$(call BENCH_BUILD_STEP,$(BENCH_QUICK_BUDGET_build)); \
+	$(call BENCH_STEP,throughput,$(BENCH_QUICK_BUDGET_throughput),$(BB)/throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 50 -rate 20 -duration 5s -step 3s -steps 1 -sample 20 -baseline 1s -memory 5s -budget $$(( $(BENCH_QUICK_BUDGET_throughput) - 20 ))s $(THROUGHPUTFLAGS)); \
+	$(call BENCH_STEP,storm,$(BENCH_QUICK_BUDGET_storm),$(BB)/mcpsync-gate --only storm --storm-resources 10); \
+	$(call BENCH_STEP,revoke,$(BENCH_QUICK_BUDGET_revoke),$(BB)/revoke -subscriptions 100 -principals 10 -indexes 3 -probes 20 $(BENCHFLAGS)); \
+	$(call BENCH_STEP,scan,$(BENCH_QUICK_BUDGET_scan),$(BB)/scan -resources 5000 -runs 1 $(SCANBENCHFLAGS)); \
+	$(call BENCH_STEP,ledger,$(BENCH_QUICK_BUDGET_ledger),$(BB)/ledger -duration 3s -rounds 1 -warmup 1s -scale 1 $(LEDGERBENCHFLAGS)); \
+	$(call BENCH_STEP,prune,$(BENCH_QUICK_BUDGET_prune),$(BB)/prune -subscriptions 100 -sources 2 -hours 3 $(PRUNEBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(BENCH_QUICK_BUDGET_persistence),$(BB)/persistence -workflows 50 -rate 20 -duration 3s $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,scale,$(BENCH_QUICK_BUDGET_scale),$(BB)/scale -bin $(BIN) -n 200 -probe 3s -budget $$(( $(BENCH_QUICK_BUDGET_scale) - 20 ))s $(SCALEBENCHFLAGS)); \
+	$(call BENCH_STEP,gateway,$(BENCH_QUICK_BUDGET_gateway),$(BB)/gateway -agents 2 -duration 2s -updates 5 $(GATEWAYBENCHFLAGS)); \
+	$(call BENCH_END,$(BENCH_QUICK_GOAL))
 
 ## deps: install missing PostgreSQL binaries and interop npm packages
 deps:

@@ -10,7 +10,17 @@
 //   - after a session change (the stdio server process is killed; the worker restarts it), the
 //     time until every subscription has re-read on the new session;
 //   - the latency of live updates meanwhile (demo://clock/now carries its change time), next
-//     to the same latency measured before the storm.
+//     to the same latency measured before the storm;
+//   - the worker's sticky workflow cache (its Temporal SDK metrics, scraped from /metrics):
+//     the most executions it held (the cache size N subscriptions need,
+//     MCPSYNC_WORKFLOW_CACHE_SIZE), forced evictions, hits and misses (each miss replays a
+//     whole history) and workflow tasks, at N and during the re-read storm; -cache-size runs
+//     the worker with another size to show the effect of a smaller one.
+//
+// With -budget the whole run stops in time: a phase still running when the budget ends stops
+// there, and its figures say how far it got (how many were ACTIVE, at what rate) instead of a
+// time to completion; that is not an error. Other failures (a process that dies, a query that
+// fails) are.
 //
 // Build first: `make build-run`. Every figure is a line
 // `bench: <name> <value> <unit> (baseline <name> <value> <unit>, ratio <r>)`.
@@ -34,6 +44,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
 func main() {
@@ -46,21 +58,61 @@ func main() {
 	backstop := flag.Duration("backstop", 15*time.Minute, "the source's --backstop: every subscription re-reads once per period (the default 30s is 333 reads/s at 10,000)")
 	keep := flag.Bool("keep", false, "keep the data directory and logs")
 	persistence := flag.String("persistence", "", "mcpsync-dev --temporal-persistence (empty: its default, the one make run uses)")
+	budget := flag.Duration("budget", 0, "stop every phase when this much time has passed since the start and report how far it got (0: only -timeout per phase)")
+	cacheSize := flag.Int("cache-size", 0, "run the worker with this sticky workflow cache size ("+workerapp.EnvWorkflowCacheSize+"; 0: the worker's default or the variable's value)")
 	flag.Parse()
-	if *n < 2 || *parallel < 1 || *timeout <= 0 || *interval <= 0 {
-		fmt.Fprintln(os.Stderr, "scale: -n must be ≥ 2, -parallel ≥ 1, -timeout and -interval positive")
+	if *n < 2 || *parallel < 1 || *timeout <= 0 || *interval <= 0 || *budget < 0 || *cacheSize < 0 || *probe < 0 || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "scale: -n must be ≥ 2, -parallel ≥ 1, -timeout and -interval positive, -budget, -probe and -cache-size not negative, no positional arguments")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *n, *bin, *parallel, *timeout, *interval, *probe, *backstop, *keep, *persistence); err != nil {
+	c := config{n: *n, bin: *bin, parallel: *parallel, timeout: *timeout, interval: *interval, probe: *probe, backstop: *backstop,
+		keep: *keep, persistence: *persistence, cacheSize: *cacheSize, started: time.Now()}
+	if *budget > 0 {
+		c.deadline = c.started.Add(*budget)
+	}
+	if err := run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, n int, bin string, parallel int, timeout, interval, probe, backstop time.Duration, keep bool, persistence string) error {
-	bin, err := filepath.Abs(bin)
+// config is the command line.
+type config struct {
+	n, parallel, cacheSize             int
+	bin, persistence                   string
+	timeout, interval, probe, backstop time.Duration
+	keep                               bool
+	started, deadline                  time.Time // deadline: zero without -budget
+}
+
+// goalStartRate is issue 16's start goal as a rate: 10,000 subscriptions ACTIVE with their
+// first version in 2 minutes.
+const goalStartRate = 10000.0 / 120
+
+// stormReserve is the part of -budget kept for the phases after the bulk subscribe (the quiet
+// probe comes on top): the re-read storm and stopping the processes.
+const stormReserve = 100 * time.Second
+
+// phaseDeadline is when a phase that may take timeout must stop: timeout after began, or
+// earlier at the budget's end less reserve for the phases after it (at most 40 % of the budget
+// still left, so that a small budget still gives this phase most of it).
+func (c config) phaseDeadline(began time.Time, reserve time.Duration) time.Time {
+	d := began.Add(c.timeout)
+	if c.deadline.IsZero() {
+		return d
+	}
+	r := min(reserve, c.deadline.Sub(began)*2/5)
+	if end := c.deadline.Add(-r); end.Before(d) {
+		d = end
+	}
+	return d
+}
+
+func run(ctx context.Context, c config) error {
+	n, parallel, timeout, interval, probe, backstop, keep, persistence := c.n, c.parallel, c.timeout, c.interval, c.probe, c.backstop, c.keep, c.persistence
+	bin, err := filepath.Abs(c.bin)
 	if err != nil {
 		return err
 	}
@@ -100,7 +152,12 @@ func run(ctx context.Context, n int, bin string, parallel int, timeout, interval
 	if err != nil {
 		return err
 	}
-	defer stopProc(dev)
+	devStopped := false
+	defer func() {
+		if !devStopped {
+			stopProcs(dev)
+		}
+	}()
 	devEnv, err := awaitEnv(dir+"/data/dev.env", dev, 5*time.Minute)
 	if err != nil {
 		return err
@@ -118,11 +175,22 @@ func run(ctx context.Context, n int, bin string, parallel int, timeout, interval
 		return err
 	}
 	env = append(env, "MCPSYNC_GATEWAY_ADDR=off", "MCPSYNC_METRICS_ADDR=127.0.0.1:"+metricsPort[0])
-	worker, err := startProc(dir, "worker", env, filepath.Join(bin, "mcpsync-worker"), "--parent-pid", self, "--log-level", "warn")
+	workerEnv := slices.Clone(env)
+	if c.cacheSize > 0 {
+		workerEnv = append(workerEnv, fmt.Sprintf("%s=%d", workerapp.EnvWorkflowCacheSize, c.cacheSize))
+	}
+	capacity, err := workerapp.WorkflowCacheSize(func(k string) string { return envValue(workerEnv, k) })
 	if err != nil {
 		return err
 	}
-	defer stopProc(worker)
+	worker, err := startProc(dir, "worker", workerEnv, filepath.Join(bin, "mcpsync-worker"), "--parent-pid", self, "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	devStopped = true
+	defer stopProcs(worker, dev)
+	cache := &stickyCache{url: "http://127.0.0.1:" + metricsPort[0] + "/metrics", capacity: capacity}
+	fmt.Printf("scale: worker sticky workflow cache: %d executions\n", capacity)
 	var dbURL string
 	for _, kv := range devEnv {
 		if v, ok := strings.CutPrefix(kv, "DATABASE_URL="); ok {
@@ -134,7 +202,7 @@ func run(ctx context.Context, n int, bin string, parallel int, timeout, interval
 		return err
 	}
 	defer pool.Close()
-	cli := func(args ...string) (string, error) {
+	cli := func(ctx context.Context, args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "mcpsync"), args...)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
@@ -145,14 +213,14 @@ func run(ctx context.Context, n int, bin string, parallel int, timeout, interval
 	}
 	demo := fmt.Sprintf("%s --resources %d --interval %s --item-updates 1", filepath.Join(bin, "mcpsync-demo-server"), n-1, interval)
 	if err := retry(2*time.Minute, func() error {
-		_, err := cli("source", "add", "scale", "--stdio", demo, "--backstop", backstop.String())
+		_, err := cli(ctx, "source", "add", "scale", "--stdio", demo, "--backstop", backstop.String())
 		return err
 	}); err != nil {
 		return err
 	}
 	idle := readRSS(worker.Process.Pid, dev.Process.Pid)
-	fmt.Printf("scale: stack up (mcpsync-dev pid %d, worker pid %d); idle RSS worker %s, mcpsync-dev %s; postgres PSS %s\n",
-		dev.Process.Pid, worker.Process.Pid, mib(idle.worker.rss), mib(idle.dev.rss), mib(idle.pg.rss))
+	fmt.Printf("scale: stack up in %.1f s (mcpsync-dev pid %d, worker pid %d); idle RSS worker %s, mcpsync-dev %s; postgres PSS %s\n",
+		time.Since(c.started).Seconds(), dev.Process.Pid, worker.Process.Pid, mib(idle.worker.rss), mib(idle.dev.rss), mib(idle.pg.rss))
 
 	uris := []string{"demo://clock/now"}
 	for i := range n - 1 {
@@ -165,19 +233,28 @@ func run(ctx context.Context, n int, bin string, parallel int, timeout, interval
 
 	// Phase 1: bulk subscribe; all ACTIVE with a first version.
 	began := time.Now()
+	cliCtx, stopCLI := context.WithCancel(ctx)
+	defer stopCLI()
 	cliDone := make(chan error, 1)
 	var cliTook time.Duration
 	go func() {
-		out, err := cli("subscribe", "scale", "--uris-file", uriFile, "--parallel", strconv.Itoa(parallel), "--wait", timeout.String())
+		out, err := cli(cliCtx, "subscribe", "scale", "--uris-file", uriFile, "--parallel", strconv.Itoa(parallel), "--wait", timeout.String())
 		cliTook = time.Since(began)
-		fmt.Print("scale: ", lastLines(out, 3))
+		if strings.TrimSpace(out) != "" {
+			fmt.Print("scale: ", lastLines(out, 3))
+		}
 		cliDone <- err
 	}()
 	var peak rssSet
-	var nextPrint time.Duration
+	var nextPrint, nextScrape time.Duration
 	var lastActive int
-	tActive, err := poll(ctx, timeout, func(el time.Duration) (bool, error) {
+	phase1End := c.phaseDeadline(began, stormReserve+probe)
+	tActive, done, err := poll(ctx, phase1End, func(el time.Duration) (bool, error) {
 		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))
+		if el >= nextScrape {
+			nextScrape += 5 * time.Second
+			cache.sample()
+		}
 		var active int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM subscriptions WHERE state = 'ACTIVE' AND last_accepted_ordinal > 0`).Scan(&active)
 		lastActive = max(lastActive, active)
@@ -188,20 +265,54 @@ func run(ctx context.Context, n int, bin string, parallel int, timeout, interval
 		return active >= n, err
 	}, began)
 	if err != nil {
+		return err
+	}
+	if !done {
+		// Stopped at the budget (or -timeout): how far it got, never a time to completion.
+		stopCLI()
+		<-cliDone
 		r := readRSS(worker.Process.Pid, dev.Process.Pid)
-		fmt.Printf("bench: scale-active-reached-%d %d subscriptions in %.0f s (baseline goal-active-%d %d in 120 s)\n", n, lastActive, time.Since(began).Seconds(), n, n)
+		cache.sample()
+		why := stopReason(c, phase1End, began)
+		fmt.Printf("scale: stopped the bulk subscribe after %.0f s: %s with %d of %d ACTIVE with a version; the re-read storm is not measured\n",
+			tActive.Seconds(), why, lastActive, n)
+		rate := float64(lastActive) / tActive.Seconds()
+		fmt.Printf("bench: scale-active-reached-%d %d subscriptions (baseline scale-goal-%d %d subscriptions, ratio %.2f)\n", n, lastActive, n, n, float64(lastActive)/float64(n))
+		fmt.Printf("bench: scale-active-after-%d %.1f s\n", n, tActive.Seconds())
+		fmt.Printf("bench: scale-start-rate-%d %.1f /s (baseline goal-start-rate %.1f /s, ratio %.2f)\n", n, rate, goalStartRate, rate/goalStartRate)
+		if rate > 0 {
+			fmt.Printf("bench: scale-active-projected-%d %.0f s (baseline goal-active-%d 120 s, ratio %.2f)\n", n, float64(n)/rate, n, float64(n)/rate/120)
+		}
 		fmt.Printf("bench: worker-rss-at-%d %s (baseline worker-rss-idle %s, ratio %.1f)\n", lastActive, mib(r.worker.rss), mib(idle.worker.rss), ratio(r.worker.rss, idle.worker.rss))
 		fmt.Printf("bench: devtemporal-rss-at-%d %s (baseline devtemporal-rss-idle %s, ratio %.1f)\n", lastActive, mib(r.dev.rss), mib(idle.dev.rss), ratio(r.dev.rss, idle.dev.rss))
-		return fmt.Errorf("waiting for %d ACTIVE: %w", n, err)
+		fmt.Printf("bench: postgres-pss-at-%d %s (baseline postgres-pss-idle %s, ratio %.1f)\n", lastActive, mib(r.pg.rss), mib(idle.pg.rss), ratio(r.pg.rss, idle.pg.rss))
+		cache.print(n, lastActive)
+		if why != "the budget (-budget) ended" {
+			return fmt.Errorf("%d of %d ACTIVE after -timeout %s", lastActive, n, timeout)
+		}
+		return nil
 	}
 	if err := <-cliDone; err != nil {
 		return err
 	}
 	atN := readRSS(worker.Process.Pid, dev.Process.Pid)
 	peak = peak.max(atN)
+	cache.sample()
+	fmt.Printf("bench: scale-active-%d %.1f s (baseline goal-active-%d 120 s, ratio %.2f)\n", n, tActive.Seconds(), n, tActive.Seconds()/120)
+	fmt.Printf("bench: scale-subscribe-cli-%d %.1f s\n", n, cliTook.Seconds())
+	rate := float64(n) / tActive.Seconds()
+	fmt.Printf("bench: scale-start-rate-%d %.1f /s (baseline goal-start-rate %.1f /s, ratio %.2f)\n", n, rate, goalStartRate, rate/goalStartRate)
+	fmt.Printf("bench: worker-rss-%d %s (baseline worker-rss-idle %s, ratio %.1f)\n", n, mib(atN.worker.rss), mib(idle.worker.rss), ratio(atN.worker.rss, idle.worker.rss))
+	fmt.Printf("bench: devtemporal-rss-%d %s (baseline devtemporal-rss-idle %s, ratio %.1f)\n", n, mib(atN.dev.rss), mib(idle.dev.rss), ratio(atN.dev.rss, idle.dev.rss))
+	fmt.Printf("bench: postgres-pss-%d %s (baseline postgres-pss-idle %s, ratio %.1f)\n", n, mib(atN.pg.rss), mib(idle.pg.rss), ratio(atN.pg.rss, idle.pg.rss))
+	cache.print(n, n)
 
 	// Live-update latency before the storm (baseline).
-	time.Sleep(probe)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(probe):
+	}
 	quiet, _, err := clockStaleness(ctx, pool, time.Now().Add(-probe), time.Now())
 	if err != nil {
 		return err
@@ -217,24 +328,31 @@ func run(ctx context.Context, n int, bin string, parallel int, timeout, interval
 		return err
 	}
 	killed := time.Now()
-	nextPrint = 0
+	nextPrint, nextScrape = 0, 0
 	if err := syscall.Kill(demoPID, syscall.SIGKILL); err != nil {
 		return err
 	}
-	tReread, err := poll(ctx, timeout, func(el time.Duration) (bool, error) {
+	var lastReread int
+	phase2End := c.phaseDeadline(killed, stopReserve)
+	tReread, done, err := poll(ctx, phase2End, func(el time.Duration) (bool, error) {
 		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))
-		var done int
+		if el >= nextScrape {
+			nextScrape += 5 * time.Second
+			cache.sample()
+		}
+		var reread int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM subscriptions s
 			WHERE s.state = 'ACTIVE' AND s.session_generation > $1
-			  AND greatest(s.last_accepted_at, s.last_verified_at) > $2`, oldGen, killed).Scan(&done)
+			  AND greatest(s.last_accepted_at, s.last_verified_at) > $2`, oldGen, killed).Scan(&reread)
+		lastReread = max(lastReread, reread)
 		if el >= nextPrint {
 			nextPrint += 10 * time.Second
-			fmt.Printf("scale: %5.0fs after the kill %d/%d re-read on the new session\n", el.Seconds(), done, n)
+			fmt.Printf("scale: %5.0fs after the kill %d/%d re-read on the new session\n", el.Seconds(), reread, n)
 		}
-		return done >= n, err
+		return reread >= n, err
 	}, killed)
 	if err != nil {
-		return fmt.Errorf("waiting for the re-read storm: %w", err)
+		return err
 	}
 	storm, stormVersions, err := clockStaleness(ctx, pool, killed, killed.Add(tReread))
 	if err != nil {
@@ -242,20 +360,48 @@ func run(ctx context.Context, n int, bin string, parallel int, timeout, interval
 	}
 	final := readRSS(worker.Process.Pid, dev.Process.Pid)
 	peak = peak.max(final)
+	cache.sample()
 
-	fmt.Printf("bench: scale-active-%d %.1f s (baseline goal-active-%d 120 s, ratio %.2f)\n", n, tActive.Seconds(), n, tActive.Seconds()/120)
-	fmt.Printf("bench: scale-subscribe-cli-%d %.1f s\n", n, cliTook.Seconds())
-	fmt.Printf("bench: scale-start-rate-%d %.1f /s\n", n, float64(n)/tActive.Seconds())
-	fmt.Printf("bench: worker-rss-%d %s (baseline worker-rss-idle %s, ratio %.1f)\n", n, mib(atN.worker.rss), mib(idle.worker.rss), ratio(atN.worker.rss, idle.worker.rss))
 	fmt.Printf("bench: worker-hwm-%d %s\n", n, mib(peak.worker.hwm))
-	fmt.Printf("bench: devtemporal-rss-%d %s (baseline devtemporal-rss-idle %s, ratio %.1f)\n", n, mib(atN.dev.rss), mib(idle.dev.rss), ratio(atN.dev.rss, idle.dev.rss))
 	fmt.Printf("bench: devtemporal-hwm-%d %s\n", n, mib(peak.dev.hwm))
-	fmt.Printf("bench: postgres-pss-%d %s (baseline postgres-pss-idle %s, ratio %.1f)\n", n, mib(atN.pg.rss), mib(idle.pg.rss), ratio(atN.pg.rss, idle.pg.rss))
-	fmt.Printf("bench: reread-all-%d %.1f s (baseline scale-active-%d %.1f s, ratio %.2f)\n", n, tReread.Seconds(), n, tActive.Seconds(), tReread.Seconds()/tActive.Seconds())
+	if done {
+		fmt.Printf("bench: reread-all-%d %.1f s (baseline scale-active-%d %.1f s, ratio %.2f)\n", n, tReread.Seconds(), n, tActive.Seconds(), tReread.Seconds()/tActive.Seconds())
+	} else {
+		fmt.Printf("scale: stopped waiting for the re-read storm after %.0f s (%s): %d of %d re-read\n", tReread.Seconds(), stopReason(c, phase2End, killed), lastReread, n)
+		fmt.Printf("bench: reread-reached-%d %d subscriptions (baseline scale-goal-%d %d subscriptions, ratio %.2f)\n", n, lastReread, n, n, float64(lastReread)/float64(n))
+		fmt.Printf("bench: reread-after-%d %.1f s\n", n, tReread.Seconds())
+	}
+	fmt.Printf("bench: reread-rate-%d %.1f /s\n", n, float64(lastReread)/tReread.Seconds())
 	fmt.Printf("bench: live-staleness-p50-during-reread-%d %s (baseline live-staleness-p50-quiet-%d %s, ratio %.1f)\n", n, ms(pct(storm, 50)), n, ms(pct(quiet, 50)), ratio(pct(storm, 50), pct(quiet, 50)))
 	fmt.Printf("bench: live-staleness-max-during-reread-%d %s (baseline live-staleness-max-quiet-%d %s, ratio %.1f)\n", n, ms(pct(storm, 100)), n, ms(pct(quiet, 100)), ratio(pct(storm, 100), pct(quiet, 100)))
 	fmt.Printf("bench: live-versions-during-reread-%d %d versions (baseline reread-window %.0f ticks)\n", n, stormVersions, tReread.Seconds()/interval.Seconds())
+	cache.printAfterStorm(n)
+	if !done && stopReason(c, phase2End, killed) != "the budget (-budget) ended" {
+		return fmt.Errorf("%d of %d re-read after -timeout %s", lastReread, n, timeout)
+	}
 	return nil
+}
+
+// stopReserve is the part of -budget kept for stopping the worker and mcpsync-dev.
+const stopReserve = 40 * time.Second
+
+// stopReason says why a phase that began at began stopped at end.
+func stopReason(c config, end, began time.Time) string {
+	if c.deadline.IsZero() || end.Equal(began.Add(c.timeout)) {
+		return fmt.Sprintf("-timeout %s passed", c.timeout)
+	}
+	return "the budget (-budget) ended"
+}
+
+// envValue is the value of key in a KEY=VALUE list (the last one wins), "" when absent.
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if s, ok := strings.CutPrefix(kv, key+"="); ok {
+			v = s
+		}
+	}
+	return v
 }
 
 // clockStaleness measures how stale the accepted view of demo://clock/now was in [from, to]:
@@ -314,24 +460,24 @@ func ratio[T ~int64](a, b T) float64 {
 	return float64(a) / float64(b)
 }
 
-// poll calls check every second until it says done; it returns the time since began.
-func poll(ctx context.Context, timeout time.Duration, check func(time.Duration) (bool, error), began time.Time) (time.Duration, error) {
-	deadline := began.Add(timeout)
+// poll calls check every second until it says done or deadline passes; it returns the time
+// since began and whether check said done.
+func poll(ctx context.Context, deadline time.Time, check func(time.Duration) (bool, error), began time.Time) (time.Duration, bool, error) {
 	for {
 		done, err := check(time.Since(began))
 		if err != nil {
-			return 0, err
+			return time.Since(began), false, err
 		}
 		if done {
-			return time.Since(began), nil
+			return time.Since(began), true, nil
 		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("not done after %s", timeout)
+		if !time.Now().Before(deadline) {
+			return time.Since(began), false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(time.Second):
+			return time.Since(began), false, ctx.Err()
+		case <-time.After(min(time.Second, time.Until(deadline)+time.Millisecond)):
 		}
 	}
 }
@@ -383,17 +529,25 @@ func startProc(dir, name string, env []string, path string, args ...string) (*ex
 	return cmd, nil
 }
 
-// stopProc asks the process to stop (SIGTERM), then kills it after 30 s.
-func stopProc(cmd *exec.Cmd) {
-	p := cmd.Process
-	_ = p.Signal(syscall.SIGTERM)
+// stopProcs asks the processes to stop (SIGTERM), all at once, and kills those still running
+// after 30 s, so that stopping never takes longer than that.
+func stopProcs(cmds ...*exec.Cmd) {
+	for _, c := range cmds {
+		_ = c.Process.Signal(syscall.SIGTERM)
+	}
 	for range 300 {
-		if p.Signal(syscall.Signal(0)) != nil {
+		alive := false
+		for _, c := range cmds {
+			alive = alive || c.Process.Signal(syscall.Signal(0)) == nil
+		}
+		if !alive {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	_ = p.Kill()
+	for _, c := range cmds {
+		_ = c.Process.Kill()
+	}
 }
 
 // awaitEnv waits for mcpsync-dev's dev.env and returns its KEY=VALUE lines, unquoted.

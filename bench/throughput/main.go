@@ -13,14 +13,21 @@
 //   - a raw go-sdk read loop against the same MCP server: what one client can read;
 //   - history events and workflow tasks per accepted update, for mcpsync and the floor, from the
 //     histories (GetWorkflowHistory) of a sample of their workflows over the measured window;
-//   - the saturation point: the highest offered rate with p99 ≤ 1 s, by a short step search.
+//   - the saturation point: the highest offered rate with p99 ≤ 1 s, by a short step search;
+//   - with the embedded server, the in-memory variant (-memory): the same workload at the same
+//     rate on a fresh stack with the in-memory test server (temporaltest), printed as memory-*
+//     figures beside the embedded default's, labelled as such.
+//
+// The main figures are printed as soon as they are measured, so that a run stopped later (its
+// -budget leaves out saturation steps and the in-memory variant that would not fit; an
+// interrupt) keeps them.
 //
 // Every figure is printed on its own line as `bench: <name> <value> <unit> (baseline ...)`.
 // With TEMPORAL_ADDRESS set (namespace TEMPORAL_NAMESPACE, default "default"; TLS and API key
 // from the TEMPORAL_TLS_* and TEMPORAL_API_KEY variables), the stack uses that cluster instead
 // of the embedded one, floor included; -temporal memory uses the in-memory test server.
 //
-//	go run ./bench/throughput [-subscriptions 1000] [-rate 150] [-duration 30s] [-step 10s]
+//	go run ./bench/throughput [-subscriptions 1000] [-rate 150] [-duration 30s] [-step 10s] [-memory 20s] [-budget 5m]
 package main
 
 import (
@@ -70,6 +77,8 @@ type config struct {
 	sample      int
 	noFloor     bool
 	cpuProfile  string
+	memory      time.Duration
+	budget      time.Duration
 }
 
 func main() {
@@ -88,9 +97,11 @@ func main() {
 	flag.IntVar(&c.sample, "sample", 100, "workflows whose histories are counted for events per update")
 	flag.BoolVar(&c.noFloor, "no-floor", false, "skip the floor")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the mcpsync measurement phase to this file")
+	flag.DurationVar(&c.memory, "memory", 20*time.Second, "with the embedded server: also measure the in-memory variant (temporaltest) at -rate for this long on a fresh stack, printed as memory-* beside the embedded figures (0: skip)")
+	flag.DurationVar(&c.budget, "budget", 0, "the run's time budget: saturation steps and the in-memory variant are left out (and say so) when they would not fit (0: no limit)")
 	flag.Parse()
-	if flag.NArg() > 0 || c.n <= 0 || c.rate <= 0 || c.duration <= 0 || c.sample < 0 || c.steps < 0 {
-		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration must be positive, no positional arguments")
+	if flag.NArg() > 0 || c.n <= 0 || c.rate <= 0 || c.duration <= 0 || c.sample < 0 || c.steps < 0 || c.memory < 0 || c.budget < 0 || c.step < 0 || c.baseline <= 0 {
+		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration, -baseline must be positive, -memory, -budget, -step, -steps, -sample not negative, no positional arguments")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -170,6 +181,7 @@ func stackOptions(ctx context.Context, c config) (localstack.Options, func(), er
 
 func run(ctx context.Context, c config) error {
 	start := time.Now()
+	b := budget{start: start, total: c.budget}
 	opts, cleanup, err := stackOptions(ctx, c)
 	if err != nil {
 		return err
@@ -179,7 +191,14 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	defer st.Stop()
+	stopped := false
+	stopStack := func() {
+		if !stopped {
+			stopped = true
+			st.Stop()
+		}
+	}
+	defer stopStack()
 	persistence := ""
 	if opts.Temporal == localstack.TemporalEmbedded {
 		persistence = "persistence " + string(opts.Persistence)
@@ -187,9 +206,8 @@ func run(ctx context.Context, c config) error {
 			persistence = "persistence: devtemporal's default"
 		}
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("throughput: Temporal %s %s (%s, namespace %s), worker %s, ledger %s; %d CPUs, load %s\n",
-		opts.Temporal, persistence, st.TemporalAddress, st.Namespace, c.worker, ledgerKind(c.admin), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+		opts.Temporal, persistence, st.TemporalAddress, st.Namespace, c.worker, ledgerKind(c.admin), runtime.NumCPU(), loadAvg())
 	fmt.Printf("throughput: stack up in %s\n", time.Since(start).Round(time.Millisecond))
 
 	// The floor first, on the fresh server (a conservative baseline for the ratio).
@@ -204,41 +222,17 @@ func run(ctx context.Context, c config) error {
 			time.Since(t).Round(time.Millisecond), fl.Sent, fl.Accepted, fl.Repeated, fl.SignalErrors, fl.SignalErrorSample, fl.Unterminated)
 	}
 
-	srv := chaosmcp.New(chaosmcp.Options{Name: "bench", Version: "1"})
-	defer srv.Close()
-	for i := 0; i < c.n; i++ {
-		srv.Set(uriOf(i), "r0", "text/plain")
-	}
-	h, err := srv.StartHTTP("127.0.0.1:0")
+	e, err := prepare(ctx, st, c.n, time.Now().Add(min(5*time.Minute, b.left()-c.duration-c.baseline-30*time.Second)))
 	if err != nil {
 		return err
 	}
-	defer h.Close()
-	if _, err := st.MustCLI(ctx, "source", "add", "bench", "--url", h.URL, "--backstop", "10m"); err != nil {
-		return err
-	}
-	t0 := time.Now()
-	if err := subscribeAll(ctx, st, c.n); err != nil {
-		return err
-	}
-	if err := waitActive(ctx, st, c.n); err != nil {
-		return err
-	}
-	fmt.Printf("throughput: %d subscriptions ACTIVE with their first version in %s\n", c.n, time.Since(t0).Round(time.Millisecond))
+	defer e.close()
+	fmt.Printf("throughput: %d subscriptions ACTIVE with their first version in %s\n", c.n, e.active.Round(time.Millisecond))
 
-	rawRate, rawP50, rawP99, err := rawReadLoop(ctx, h.URL, c.n, c.baseline)
+	rawRate, rawP50, rawP99, err := rawReadLoop(ctx, e.http.URL, c.n, c.baseline)
 	if err != nil {
 		return err
 	}
-
-	head, err := st.Store.OutboxHead(ctx)
-	if err != nil {
-		return err
-	}
-	tl := newTail()
-	tailCtx, stopTail := context.WithCancel(ctx)
-	defer stopTail()
-	go tl.run(tailCtx, st.Store, head)
 
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -250,8 +244,7 @@ func run(ctx context.Context, c config) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	m := &mutator{srv: srv, tail: tl, n: c.n, rng: rand.New(rand.NewPCG(1, 2))}
-	e2e, err := m.measure(ctx, st, c.rate, c.duration, time.Minute)
+	e2e, err := e.m.measure(ctx, st, c.rate, c.duration, max(10*time.Second, min(time.Minute, b.left()-c.duration-20*time.Second)))
 	if err != nil {
 		return err
 	}
@@ -261,34 +254,7 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("throughput: mcpsync at %.0f/s: %d mutations, %d accepted, %d superseded, %d never accepted\n",
 		c.rate, e2e.sent, e2e.accepted, e2e.superseded, e2e.missing)
 
-	// Saturation: the highest offered rate with p99 <= 1 s, stepping by 1.5x from -rate.
-	var sat saturation
-	if c.step > 0 && c.steps > 0 {
-		sat, err = m.saturate(ctx, st, c.rate, e2e, c.step, c.steps)
-		if err != nil {
-			return err
-		}
-	}
-
-	// History events and workflow tasks per accepted update, on a sample of workflows.
-	e2eH, e2eUpdates, err := e2eHistory(ctx, st, tl, e2e, c.sample)
-	if err != nil {
-		return err
-	}
-	var flH floor.History
-	flUpdates := 0
-	if !c.noFloor {
-		flH, flUpdates, err = floorHistory(ctx, st, fl, c.sample)
-		if err != nil {
-			return err
-		}
-	}
-	var reads int64
-	if err := st.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches WHERE reason = 'notification'`).Scan(&reads); err != nil {
-		return err
-	}
-	notes := int64(srv.Stats().UpdatesSent)
-
+	// The main figures right away: a later phase that runs out of time loses only its own.
 	n := c.n
 	name := func(s string) string { return fmt.Sprintf("%s-%d", s, n) }
 	fig := func(nm string, v float64, unit string) benchline.Figure {
@@ -315,6 +281,26 @@ func run(ctx context.Context, c config) error {
 	benchline.Print(out, fig("raw-reads", rawRate, "/s"))
 	benchline.Print(out, fig("raw-read-p50", ms(rawP50), "ms"))
 	benchline.Print(out, fig("raw-read-p99", ms(rawP99), "ms"))
+	benchline.Print(out, fig(name("e2e-subscribe-active"), e.active.Seconds(), "s"))
+
+	// History events and workflow tasks per accepted update, on a sample of workflows.
+	e2eH, e2eUpdates, err := e2eHistory(ctx, st, e.tail, e2e, c.sample)
+	if err != nil {
+		return err
+	}
+	var flH floor.History
+	flUpdates := 0
+	if !c.noFloor {
+		flH, flUpdates, err = floorHistory(ctx, st, fl, c.sample)
+		if err != nil {
+			return err
+		}
+	}
+	var reads int64
+	if err := st.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM read_dispatches WHERE reason = 'notification'`).Scan(&reads); err != nil {
+		return err
+	}
+	notes := int64(e.srv.Stats().UpdatesSent)
 	evPer := perUpdate(e2eH.Events, e2eUpdates)
 	wftPer := perUpdate(e2eH.WorkflowTasks, e2eUpdates)
 	if !c.noFloor {
@@ -325,14 +311,161 @@ func run(ctx context.Context, c config) error {
 		benchline.Print(out, fig("e2e-workflow-tasks-per-update", wftPer, "tasks"))
 	}
 	benchline.Print(out, fig("e2e-reads-per-notification", float64(reads)/float64(max(notes, 1)), ""))
-	if c.step > 0 && c.steps > 0 {
-		benchline.Print(out, fig(name("e2e-saturation"), sat.best, "/s"))
-		fmt.Printf("throughput: saturation (p99 <= %s) steps: %s\n", saturationP99, sat.describe())
-	}
 	fmt.Printf("throughput: history counted on %d mcpsync workflows (%d accepted updates) and %d floor workflows (%d updates)\n",
 		min(c.sample, n), e2eUpdates, min(c.sample, n), flUpdates)
+
+	// The in-memory variant's cost, estimated from this run: a stack, the same subscribe and
+	// one measurement with its drain. The saturation search leaves it that much time.
+	memoryKind := opts.Temporal == localstack.TemporalEmbedded && c.memory > 0
+	var memoryCost time.Duration
+	if memoryKind {
+		memoryCost = 10*time.Second + e.active + c.memory + 10*time.Second
+	}
+
+	// Saturation: the highest offered rate with p99 <= 1 s, stepping by 1.5x from -rate.
+	if c.step > 0 && c.steps > 0 {
+		sat, err := e.m.saturate(ctx, st, c.rate, e2e, c.step, c.steps, func(step int) bool {
+			// One more step needs the step and its drain (typically a few seconds, at most
+			// 30 s). The saturation point is a figure issue 16 asks for and the in-memory
+			// variant is optional, so the first two steps do not wait for it; later ones leave
+			// it its time.
+			need := c.step + 30*time.Second
+			if step >= 2 {
+				need += memoryCost
+			}
+			return b.left() >= need
+		})
+		if err != nil {
+			return err
+		}
+		benchline.Print(out, fig(name("e2e-saturation"), sat.best, "/s"))
+		last := sat.tried[len(sat.tried)-1]
+		switch {
+		case sat.best == 0:
+			fmt.Printf("throughput: e2e-saturation 0: no rate tried had p99 <= %s\n", saturationP99)
+		case !sat.searchedDown && last.ok():
+			fmt.Printf("throughput: e2e-saturation is a lower bound: every rate tried had p99 <= %s (more -steps or a higher -rate would find the point)\n", saturationP99)
+		}
+		fmt.Printf("throughput: saturation (p99 <= %s) steps: %s%s\n", saturationP99, sat.describe(), sat.skipped)
+	}
 	fmt.Printf("throughput: goal: e2e-accepted >= 150/s at offered 150/s, p99 <= 250 ms, ratio to floor >= 0.7, 1 workflow task per update\n")
+
+	// The in-memory variant (temporaltest, in-memory SQLite; not durable): the same workload at
+	// the same rate on a fresh stack, printed beside the embedded default's figures.
+	if memoryKind {
+		if left := b.left(); left < memoryCost {
+			fmt.Printf("throughput: the in-memory variant is not measured: %s of the budget left, it needs about %s\n", left.Round(time.Second), memoryCost.Round(time.Second))
+			return nil
+		}
+		e.close()
+		stopStack()
+		mem, memActive, err := memoryVariant(ctx, c, opts, b.left())
+		if err != nil {
+			return fmt.Errorf("in-memory variant: %w", err)
+		}
+		fmt.Printf("throughput: in-memory variant at %.0f/s: %d mutations, %d accepted, %d superseded, %d never accepted; %d subscriptions ACTIVE in %s\n",
+			c.rate, mem.sent, mem.accepted, mem.superseded, mem.missing, n, memActive.Round(time.Millisecond))
+		fmt.Fprintln(out)
+		benchline.Print(out, fig(name("memory-e2e-offered"), mem.offered, "/s"))
+		benchline.PrintVs(out, fig(name("memory-e2e-accepted"), mem.perSec, "/s"), fig(name("e2e-accepted"), e2e.perSec, "/s"))
+		benchline.PrintVs(out, fig(name("memory-e2e-p50"), ms(mem.p50), "ms"), fig(name("e2e-p50"), ms(e2e.p50), "ms"))
+		benchline.PrintVs(out, fig(name("memory-e2e-p99"), ms(mem.p99), "ms"), fig(name("e2e-p99"), ms(e2e.p99), "ms"))
+		benchline.Print(out, fig(name("memory-e2e-never-accepted"), float64(mem.missing), "mutations"))
+		fmt.Printf("throughput: memory-* is the in-memory Temporal test server (temporaltest, in-memory SQLite, not durable; ledger fsync off), measured for %s; its baseline is the embedded default above\n", c.memory)
+	}
 	return nil
+}
+
+// budget is the time the whole run may take (total 0: no limit).
+type budget struct {
+	start time.Time
+	total time.Duration
+}
+
+// left is the time left of the budget (a very long time without one).
+func (b budget) left() time.Duration {
+	if b.total == 0 {
+		return 1 << 62
+	}
+	return b.total - time.Since(b.start)
+}
+
+func loadAvg() string {
+	load, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(load))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// e2eSetup is an MCP server with n resources, subscribed through a stack, and the outbox tail
+// that sees their acceptances.
+type e2eSetup struct {
+	srv    *chaosmcp.Server
+	http   *chaosmcp.HTTPServer
+	tail   *tail
+	m      *mutator
+	active time.Duration // from the first subscribe call until all n were ACTIVE with a version
+	stop   func()
+}
+
+func (e *e2eSetup) close() {
+	if e.stop != nil {
+		e.stop()
+		e.stop = nil
+	}
+}
+
+// prepare starts the fault-injecting MCP server with n resources, registers it as source
+// "bench", subscribes all n, waits until they are ACTIVE with their first version (at most
+// until deadline) and starts following the outbox.
+func prepare(ctx context.Context, st *localstack.Stack, n int, deadline time.Time) (*e2eSetup, error) {
+	srv := chaosmcp.New(chaosmcp.Options{Name: "bench", Version: "1"})
+	for i := 0; i < n; i++ {
+		srv.Set(uriOf(i), "r0", "text/plain")
+	}
+	h, err := srv.StartHTTP("127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	tailCtx, stopTail := context.WithCancel(ctx)
+	e := &e2eSetup{srv: srv, http: h, tail: newTail(), stop: func() { stopTail(); h.Close(); srv.Close() }}
+	fail := func(err error) (*e2eSetup, error) { e.close(); return nil, err }
+	if _, err := st.MustCLI(ctx, "source", "add", "bench", "--url", h.URL, "--backstop", "10m"); err != nil {
+		return fail(err)
+	}
+	t0 := time.Now()
+	if err := subscribeAll(ctx, st, n); err != nil {
+		return fail(err)
+	}
+	if err := waitActive(ctx, st, n, deadline); err != nil {
+		return fail(err)
+	}
+	e.active = time.Since(t0)
+	head, err := st.Store.OutboxHead(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	go e.tail.run(tailCtx, st.Store, head)
+	e.m = &mutator{srv: srv, tail: e.tail, n: n, rng: rand.New(rand.NewPCG(1, 2))}
+	return e, nil
+}
+
+// memoryVariant measures the same workload on a fresh stack with the in-memory Temporal test
+// server (the worker as the embedded run had it): -rate for -memory, subscribing within left.
+func memoryVariant(ctx context.Context, c config, embedded localstack.Options, left time.Duration) (e2eResult, time.Duration, error) {
+	opts := localstack.Options{AdminURL: c.admin, Temporal: localstack.TemporalTest, WorkerCommand: embedded.WorkerCommand}
+	st, err := localstack.Start(ctx, opts)
+	if err != nil {
+		return e2eResult{}, 0, err
+	}
+	defer st.Stop()
+	e, err := prepare(ctx, st, c.n, time.Now().Add(min(5*time.Minute, left-c.memory-20*time.Second)))
+	if err != nil {
+		return e2eResult{}, 0, err
+	}
+	defer e.close()
+	r, err := e.m.measure(ctx, st, c.rate, c.memory, 30*time.Second)
+	return r, e.active, err
 }
 
 func ledgerKind(admin string) string {
@@ -356,44 +489,35 @@ func perUpdate(count, updates int) float64 {
 	return float64(count) / float64(updates)
 }
 
-// subscribeAll subscribes uriOf(0..n-1) through the CLI, eight calls at a time.
+// subscribeAll subscribes uriOf(0..n-1) with one bulk `mcpsync subscribe --uris-file` call
+// (32 workflow starts in flight), not waiting for ACTIVE (waitActive does).
 func subscribeAll(ctx context.Context, st *localstack.Stack, n int) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if _, err := st.MustCLI(ctx, "subscribe", "bench", uriOf(i), "--wait", "0"); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		}()
+	f, err := os.CreateTemp("", "mcpsync-bench-uris-")
+	if err != nil {
+		return err
 	}
-feed:
+	defer os.Remove(f.Name())
+	var b strings.Builder
 	for i := 0; i < n; i++ {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
+		b.WriteString(uriOf(i) + "\n")
 	}
-	close(next)
-	wg.Wait()
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
+	if _, err := f.WriteString(b.String()); err != nil {
+		f.Close()
+		return err
 	}
-	return nil
+	if err := f.Close(); err != nil {
+		return err
+	}
+	_, err = st.MustCLI(ctx, "subscribe", "bench", "--uris-file", f.Name(), "--parallel", "32", "--wait", "0")
+	return err
 }
 
-func waitActive(ctx context.Context, st *localstack.Stack, n int) error {
-	deadline := time.Now().Add(5 * time.Minute)
+// waitActive waits until all n subscriptions are ACTIVE with a version, at most until
+// deadline; past it, the error says how many were.
+func waitActive(ctx context.Context, st *localstack.Stack, n int, deadline time.Time) error {
+	began := time.Now()
+	active := 0
 	for time.Now().Before(deadline) {
-		var active int
 		if err := st.Store.Pool().QueryRow(ctx, `SELECT count(*) FROM subscriptions WHERE state = 'ACTIVE' AND last_accepted_ordinal > 0`).Scan(&active); err != nil {
 			return err
 		}
@@ -409,7 +533,7 @@ func waitActive(ctx context.Context, st *localstack.Stack, n int) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("subscriptions not all ACTIVE within 5 minutes")
+	return fmt.Errorf("only %d of %d subscriptions ACTIVE with a version after %s (%.1f/s)", active, n, time.Since(began).Round(time.Second), float64(active)/time.Since(began).Seconds())
 }
 
 // key is one mutation: a resource and the digest of the body it was set to.
@@ -573,8 +697,10 @@ func (m *mutator) settle(ctx context.Context, st *localstack.Stack, d time.Durat
 }
 
 type saturation struct {
-	best  float64 // highest offered rate that met the bound (0: none did)
-	tried []e2eResult
+	best         float64 // highest offered rate that met the bound (0: none did)
+	tried        []e2eResult
+	searchedDown bool   // the search stepped down from -rate
+	skipped      string // why the search stopped before it found the point, if it did
 }
 
 func (s saturation) describe() string {
@@ -594,15 +720,21 @@ func (s saturation) describe() string {
 }
 
 // saturate steps the offered rate up by 1.5x from rate while p99 <= 1 s (down by 1.5x while it
-// is over), first is the measurement at rate, each step lasts step, at most steps steps.
-func (m *mutator) saturate(ctx context.Context, st *localstack.Stack, rate float64, first e2eResult, step time.Duration, steps int) (saturation, error) {
+// is over), first is the measurement at rate, each step lasts step, at most steps steps, and
+// step i (from 0) only when more(i) says there is time for it.
+func (m *mutator) saturate(ctx context.Context, st *localstack.Stack, rate float64, first e2eResult, step time.Duration, steps int, more func(step int) bool) (saturation, error) {
 	s := saturation{tried: []e2eResult{first}}
 	up := first.ok()
 	if up {
 		s.best = first.offered
 	}
+	s.searchedDown = !up
 	cur := rate
-	for range steps {
+	for i := range steps {
+		if !more(i) {
+			s.skipped = fmt.Sprintf(" (stopped after %d of at most %d steps: the budget)", i, steps)
+			break
+		}
 		if up {
 			cur *= 1.5
 		} else {
