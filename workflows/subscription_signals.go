@@ -208,7 +208,7 @@ func (w *subscription) applyListenEpoch() {
 	default:
 		return // closing, establishing or waiting already: its next subscribe covers the epoch
 	}
-	reason := fmt.Sprintf("listen stream ended without complete (generation %d, epoch %d)", w.st.SessionGeneration, e)
+	reason := fmt.Sprintf("listen stream ended (generation %d, epoch %d): nothing is replayed", w.st.SessionGeneration, e)
 	if w.apply(fsm.SessionEnded) {
 		w.st.PendingMark = reason
 		w.nextReason = mcpsync.ReasonSessionChange

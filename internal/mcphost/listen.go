@@ -736,6 +736,22 @@ func (l *ListenSet) ended(token, id string, err error, serverRefused bool) {
 			uris = append(uris, u)
 		}
 	}
+	if serverRefused && !st.acked && len(uris) > 1 && !l.closed {
+		// Servers refuse a whole listen when they refuse one of its URIs (the go-sdk's and
+		// mcp-go's acknowledgements are all-or-nothing on error): retry each URI on a stream
+		// of its own, so that one refused URI fails only itself, not its whole batch.
+		var singles []*listenStream
+		for _, u := range uris {
+			one := l.newStreamLocked([]string{u}, false)
+			l.entries[u].stream = one
+			singles = append(singles, one)
+		}
+		l.mu.Unlock()
+		for _, one := range singles {
+			go l.open(one)
+		}
+		return
+	}
 	if serverRefused && !st.acked {
 		// The server refused the listen: a failed subscribe of every URI on it.
 		for _, u := range uris {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,5 +205,35 @@ func TestHostCarriesEmptyCursors(t *testing.T) {
 				t.Errorf("listed %d resources %v, want all 7", len(uris), uris)
 			}
 		})
+	}
+}
+
+// TestListenRefusedURIFailsAlone: a server that refuses one URI of a listen refuses the whole
+// listen; the host then retries each URI on its own stream, so only the refused URI is a
+// failed subscribe and the others of its batch are watched.
+func TestListenRefusedURIFailsAlone(t *testing.T) {
+	f := newFixture(t)
+	s, hs := f.chaosHTTPBothEras(chaosmcp.Options{ProtocolVersions: chaosmcp.AllProtocolVersions})
+	uris := []string{"demo://good/1", "demo://bad", "demo://good/2"}
+	for _, u := range uris {
+		s.Set(u, "v1", "text/plain")
+	}
+	s.SetListenFaults(chaosmcp.ListenFaults{Refuse: []string{"demo://bad"}})
+	src := f.addSource(ledger.SourceSpec{Name: "refuse", Transport: ledger.TransportHTTP, URL: hs.URL})
+	c := f.waitSession(f.startHost("host-refuse", mcphost.Options{ListenAckTimeout: 5 * time.Second}, newRecorder()), src.ID, 0)
+	// Asked for together, the three share one listen (the set coalesces them).
+	errs := make([]error, len(uris))
+	var wg sync.WaitGroup
+	for i, u := range uris {
+		wg.Go(func() { _, errs[i] = c.Watch(f.ctx, u, int64(i+1)) })
+	}
+	wg.Wait()
+	got := map[string]bool{}
+	for i, u := range uris {
+		got[u] = errs[i] == nil
+	}
+	want := map[string]bool{"demo://good/1": true, "demo://bad": false, "demo://good/2": true}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("watched (-want +got):\n%s\nerrors: %v", diff, errs)
 	}
 }

@@ -52,6 +52,10 @@ type ListenFaults struct {
 	// ack): the others are left out of the acknowledgement. (The go-sdk server still watches
 	// them; a client must treat them as not watched.)
 	AckOnly []string
+	// Refuse makes the server refuse to watch the listed URIs: resources/subscribe of one of
+	// them fails, and so does a whole subscriptions/listen that names one (the go-sdk's
+	// acknowledgement is all-or-nothing on error).
+	Refuse []string
 	// StaleSubscriptionID replaces the subscription ID in the _meta of every
 	// notifications/resources/updated with one no live stream has ("stale-…").
 	StaleSubscriptionID bool
@@ -76,6 +80,7 @@ func (s *Server) SetListenFaults(f ListenFaults) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f.AckOnly = slices.Clone(f.AckOnly)
+	f.Refuse = slices.Clone(f.Refuse)
 	s.era.listen = f
 }
 

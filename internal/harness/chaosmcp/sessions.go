@@ -241,6 +241,9 @@ func (s *Server) subscribeHandler(_ context.Context, req *mcp.SubscribeRequest) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.SubscribeCalls++
+	if slices.Contains(s.era.listen.Refuse, req.Params.URI) {
+		return fmt.Errorf("refusing to watch %s", req.Params.URI)
+	}
 	if sess := s.sessions[req.Session]; sess != nil {
 		sess.subs[req.Params.URI] = true
 	}

@@ -2,7 +2,14 @@
 // github.com/mark3labs/mcp-go v1.2.1, for interop tests of the 2026-07-28 era (issue 13 item
 // 10): text resources, resources/read, a mutation API that sets content and notifies
 // subscribers, and subscriptions/listen (mcp-go's own, server/subscriptions.go) over stdio and
-// streamable HTTP, with a knob that drops the listen streams without their complete result.
+// streamable HTTP, with knobs that drop the HTTP listen streams without their complete result
+// (DropListenStreams), make mcp-go end every listen with its complete result
+// (EndListenStreams, the only way a stdio stream ends while its process lives), and hold new
+// listens back (HoldListens) so that a change can be made while nothing watches, and refuse
+// URIs (RefuseSubscriptions: mcp-go then fails the whole listen, it has no partial
+// acknowledgement). ServeListener serves stdio connections that arrive over a socket, and Relay
+// is the process a stdio source runs to reach it, so that a test can kill and restart "the
+// server process" while the server's state lives on in the test.
 //
 // mcp-go's built-in sessions do not implement server.SessionWithResourceSubscriptions, so a
 // listen's resource subscriptions would be acknowledged and then never notified. The server
@@ -12,10 +19,14 @@
 package mcpgoserver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"sync"
@@ -32,7 +43,16 @@ type Server struct {
 	resources map[string]string // URI → text
 	sessions  map[*subSession]bool
 	listens   map[*listenReq]bool
+	live      map[liveKey]any // listen requests being served (both transports) → their JSON-RPC ID
+	hold      chan struct{}   // non-nil: new listens wait until it is closed
+	refused   map[string]bool // URIs a listen may not subscribe (RefuseSubscriptions)
 	stats     Stats
+}
+
+// liveKey names one listen request being served: its session and its JSON-RPC ID.
+type liveKey struct {
+	ss *subSession
+	id string
 }
 
 // Stats are counters since New.
@@ -43,6 +63,14 @@ type Stats struct {
 	UpdatesSent int
 	// ListenStreamsDropped counts HTTP listen streams cut by DropListenStreams.
 	ListenStreamsDropped int
+	// Listens counts subscriptions/listen requests served (past HoldListens).
+	Listens int
+	// ListensHeld counts listens that waited for a HoldListens release.
+	ListensHeld int
+	// ListensEnded counts listens EndListenStreams made mcp-go end with their complete result.
+	ListensEnded int
+	// StdioConnections counts the connections ServeListener served.
+	StdioConnections int
 }
 
 type listenReq struct{ cancel context.CancelFunc }
@@ -51,9 +79,17 @@ type listenReq struct{ cancel context.CancelFunc }
 // listChanged.
 func New(name string) *Server {
 	s := &Server{resources: map[string]string{}, sessions: map[*subSession]bool{}, listens: map[*listenReq]bool{},
-		stats: Stats{Reads: map[string]int{}}}
+		live: map[liveKey]any{}, refused: map[string]bool{}, stats: Stats{Reads: map[string]int{}}}
 	hooks := &server.Hooks{}
-	hooks.AddBeforeAny(s.beforeAny)
+	hooks.AddBeforeSubscriptionsListen(s.beforeListen)
+	hooks.AddAfterSubscriptionsListen(func(ctx context.Context, id any, _ *mcp.SubscriptionsListenRequest, _ *mcp.SubscriptionsListenResult) {
+		s.listenDone(ctx, id)
+	})
+	hooks.AddOnError(func(ctx context.Context, id any, method mcp.MCPMethod, _ any, _ error) {
+		if method == mcp.MethodSubscriptionsListen {
+			s.listenDone(ctx, id)
+		}
+	})
 	s.mcp = server.NewMCPServer(name, "1.2.1-test", server.WithResourceCapabilities(true, true), server.WithHooks(hooks))
 	return s
 }
@@ -151,19 +187,107 @@ func (s *Server) notify(uri string) {
 	}
 }
 
-// beforeAny notes the subscription ID (the JSON-RPC ID) of each subscriptions/listen, before
-// mcp-go subscribes its URIs on the request's session.
-func (s *Server) beforeAny(ctx context.Context, id any, method mcp.MCPMethod, message any) {
-	if method != mcp.MethodSubscriptionsListen {
-		return
+// beforeListen runs before mcp-go serves a subscriptions/listen: it waits while listens are
+// held (HoldListens), then notes the listen's subscription ID (its JSON-RPC ID) for each URI it
+// asks for, before mcp-go subscribes them on the request's session, and records the listen as
+// live.
+func (s *Server) beforeListen(ctx context.Context, id any, req *mcp.SubscriptionsListenRequest) {
+	s.mu.Lock()
+	hold := s.hold
+	s.mu.Unlock()
+	if hold != nil {
+		s.mu.Lock()
+		s.stats.ListensHeld++
+		s.mu.Unlock()
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
 	}
 	ss, ok := server.ClientSessionFromContext(ctx).(*subSession)
+	s.mu.Lock()
+	s.stats.Listens++
+	if ok {
+		s.live[liveKey{ss, fmt.Sprint(id)}] = id
+	}
+	s.mu.Unlock()
 	if !ok {
 		return
 	}
 	ss.mu.Lock()
 	ss.listenID = id
+	for _, u := range req.Params.Notifications.ResourceSubscriptions {
+		ss.next[u] = id
+	}
 	ss.mu.Unlock()
+}
+
+// listenDone forgets a listen mcp-go finished serving (its result or its error was produced).
+func (s *Server) listenDone(ctx context.Context, id any) {
+	ss, ok := server.ClientSessionFromContext(ctx).(*subSession)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	delete(s.live, liveKey{ss, fmt.Sprint(id)})
+	s.mu.Unlock()
+}
+
+// HoldListens makes every subscriptions/listen that arrives from now on wait (before mcp-go
+// subscribes or acknowledges anything) until release is called: while held, a re-listen
+// watches nothing, so a change made meanwhile is notified to nobody. Release is idempotent.
+func (s *Server) HoldListens() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.hold = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.hold == ch {
+				s.hold = nil
+			}
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// EndListenStreams makes mcp-go end every live listen the way it ends one itself: its handler
+// returns, unsubscribes the listen's URIs and mcp-go writes the listen's complete result. It
+// cancels each listen through mcp-go's own in-flight cancellation (the handler's context, as a
+// notifications/cancelled for the listen's ID would), handed to the MCPServer directly rather
+// than sent by the client. It returns how many listens it ended. Over stdio this is the only
+// way a listen stream ends while the connection lives.
+func (s *Server) EndListenStreams() int {
+	s.mu.Lock()
+	victims := map[liveKey]any{}
+	for k, id := range s.live {
+		victims[k] = id
+	}
+	s.mu.Unlock()
+	n := 0
+	for k, id := range victims {
+		raw, err := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": mcp.MethodNotificationCancelled,
+			"params": map[string]any{"requestId": id, "reason": "mcpgoserver: EndListenStreams"}})
+		if err != nil {
+			continue
+		}
+		s.mcp.HandleMessage(s.mcp.WithContext(context.Background(), k.ss), raw)
+		n++
+	}
+	s.mu.Lock()
+	s.stats.ListensEnded += n
+	s.mu.Unlock()
+	return n
+}
+
+// LiveListens is how many subscriptions/listen requests mcp-go is serving (both transports).
+func (s *Server) LiveListens() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live)
 }
 
 // wrap puts a subSession around the request's session in ctx.
@@ -175,7 +299,7 @@ func (s *Server) wrap(ctx context.Context) context.Context {
 	if _, ok := inner.(*subSession); ok {
 		return ctx
 	}
-	return s.mcp.WithContext(ctx, &subSession{ClientSession: inner, owner: s, subs: map[string]any{}})
+	return s.mcp.WithContext(ctx, &subSession{ClientSession: inner, owner: s, subs: map[string]any{}, next: map[string]any{}})
 }
 
 // ServeStdio serves one client over in and out (e.g. os.Stdin and os.Stdout) until ctx ends
@@ -184,6 +308,69 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	st := server.NewStdioServer(s.mcp)
 	st.SetContextFunc(func(ctx context.Context) context.Context { return s.wrap(ctx) })
 	return st.Listen(ctx, in, out)
+}
+
+// ServeListener serves the stdio connections that arrive on ln (see Relay), one at a time
+// (mcp-go's stdio session is one per process, so a connection is served only once the one
+// before it ended), each with ServeStdio until its input ends. It returns when ln is closed
+// or ctx ends; a connection being served then is closed.
+func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("mcpgoserver: accepting a stdio connection: %w", err)
+		}
+		s.mu.Lock()
+		s.stats.StdioConnections++
+		s.mu.Unlock()
+		cctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(cctx, func() { _ = conn.Close() })
+		_ = s.ServeStdio(cctx, conn, conn)
+		stop()
+		cancel()
+		_ = conn.Close()
+	}
+}
+
+// Relay is the body of a stdio server process whose server lives elsewhere: it connects to
+// addr (a ServeListener) and copies in to the connection and the connection to out, line by
+// line as they come, until the server ends the connection (an end of in is passed on as a
+// half-close). Killing the relay's process ends the connection, which the server sees as its
+// stdio input ending.
+func Relay(addr string, in io.Reader, out io.Writer) error {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("mcpgoserver relay: %w", err)
+	}
+	defer conn.Close()
+	go func() {
+		_, _ = io.Copy(conn, in)
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+	}()
+	w := bufio.NewWriter(out)
+	r := bufio.NewReader(conn)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			if _, werr := w.Write(line); werr != nil {
+				return werr
+			}
+			if werr := w.Flush(); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("mcpgoserver relay: %w", err)
+		}
+	}
 }
 
 // HTTPHandler serves streamable HTTP (both eras; 2026-07-28 requests are served statelessly
@@ -284,14 +471,47 @@ type subSession struct {
 	owner *Server
 
 	mu       sync.Mutex
-	listenID any
+	listenID any            // the newest listen's ID
+	next     map[string]any // URI → the ID of the listen about to subscribe it
 	subs     map[string]any // URI → the subscription ID of the listen that watches it; guarded by owner.mu
+}
+
+// RefuseSubscriptions makes the server refuse to subscribe uris from now on. mcp-go has no
+// partial acknowledgement: a listen asking for any of them fails as a whole with an
+// invalid-params error, and subscribes none of its URIs.
+func (s *Server) RefuseSubscriptions(uris ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, u := range uris {
+		s.refused[u] = true
+	}
+}
+
+// errRefused is the error of a URI RefuseSubscriptions names.
+var errRefused = errors.New("mcpgoserver: this resource cannot be subscribed")
+
+// SubscribeToResourceErr subscribes uri as SubscribeToResource does, or refuses it (mcp-go
+// then fails the whole listen).
+func (ss *subSession) SubscribeToResourceErr(uri string) error {
+	ss.owner.mu.Lock()
+	refused := ss.owner.refused[uri]
+	ss.owner.mu.Unlock()
+	if refused {
+		return errRefused
+	}
+	ss.SubscribeToResource(uri)
+	return nil
 }
 
 // SubscribeToResource records uri as watched by the current listen stream.
 func (ss *subSession) SubscribeToResource(uri string) {
 	ss.mu.Lock()
-	id := ss.listenID
+	id, ok := ss.next[uri]
+	if ok {
+		delete(ss.next, uri)
+	} else {
+		id = ss.listenID
+	}
 	ss.mu.Unlock()
 	ss.owner.mu.Lock()
 	defer ss.owner.mu.Unlock()
@@ -382,8 +602,9 @@ func (ss *subSession) SetClientCapabilities(caps mcp.ClientCapabilities) {
 }
 
 var (
-	_ server.SessionWithResourceSubscriptions = (*subSession)(nil)
-	_ server.SessionWithSubscriptionFilter    = (*subSession)(nil)
-	_ server.SessionWithStreamableHTTPConfig  = (*subSession)(nil)
-	_ server.SessionWithClientInfo            = (*subSession)(nil)
+	_ server.SessionWithResourceSubscriptions    = (*subSession)(nil)
+	_ server.SessionWithResourceSubscriptionsErr = (*subSession)(nil)
+	_ server.SessionWithSubscriptionFilter       = (*subSession)(nil)
+	_ server.SessionWithStreamableHTTPConfig     = (*subSession)(nil)
+	_ server.SessionWithClientInfo               = (*subSession)(nil)
 )
