@@ -50,7 +50,7 @@ func (w *subscription) establish() {
 	}
 	w.st.SessionGeneration, w.st.HostQueue, w.st.CanSubscribe = sess.Generation, sess.HostQueue, sess.CanSubscribe
 	if sess.CanSubscribe {
-		out, err, closing := w.subscribe()
+		out, closing, err := w.subscribe()
 		if closing {
 			return
 		}
@@ -101,24 +101,24 @@ var LocalSubscribeHandoff = time.Second
 // established, or the error of a failed subscribe; closing reports that the close fence
 // passed meanwhile (the subscribe's outcome no longer matters). Runs of the local-subscribe
 // patch try the fast path first (subscribeLocal); the host-queue activity is the fallback.
-func (w *subscription) subscribe() (out contract.SubscribeOutput, err error, closing bool) {
+func (w *subscription) subscribe() (out contract.SubscribeOutput, closing bool, err error) {
 	if patched(w.ctx, versionLocalSubscribe) {
 		var done bool
-		if out, err, done = w.subscribeLocal(); done {
+		if out, done, err = w.subscribeLocal(); done {
 			// Signals delivered meanwhile are recorded, and the close fence passed, as the
 			// host path's await does.
 			w.drainSignals()
 			w.passCloseFence()
-			return out, err, w.m.State().Closing()
+			return out, w.m.State().Closing(), err
 		}
 	}
 	f := workflow.ExecuteActivity(w.hostCtx(30*time.Second, 3), contract.ActMCPSubscribe, w.sessionCall())
 	w.await(f)
 	if w.m.State().Closing() {
-		return out, nil, true
+		return out, true, nil
 	}
 	err = f.Get(w.ctx, &out)
-	return out, err, false
+	return out, false, err
 }
 
 // subscribeLocal is the fast path: ActLocalSubscribe subscribes if this worker holds the
@@ -126,7 +126,7 @@ func (w *subscription) subscribe() (out contract.SubscribeOutput, err error, clo
 // refusal a retry cannot fix, exactly as ActMCPSubscribe would have failed); otherwise (another
 // worker holds the session, the subscribe did not answer within LocalSubscribeHandoff and goes
 // on here, or it failed transiently) the host queue subscribes, joining one still in flight.
-func (w *subscription) subscribeLocal() (out contract.SubscribeOutput, err error, done bool) {
+func (w *subscription) subscribeLocal() (out contract.SubscribeOutput, done bool, err error) {
 	ctx := workflow.WithLocalActivityOptions(w.ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: LocalSubscribeHandoff + 10*time.Second,
 		StartToCloseTimeout:    LocalSubscribeHandoff + 10*time.Second,
@@ -139,14 +139,14 @@ func (w *subscription) subscribeLocal() (out contract.SubscribeOutput, err error
 	}).Get(w.ctx, &ls)
 	switch {
 	case err != nil && (isStaleSession(err) || isPermanent(err)):
-		return out, err, true
+		return out, true, err
 	case err != nil:
 		w.log.Warn("fast-path subscribe failed; subscribing on the host queue", "error", err)
-		return out, nil, false
+		return out, false, nil
 	case !ls.Here || ls.HandedOff:
-		return out, nil, false
+		return out, false, nil
 	}
-	return ls.Subscribe, nil, true
+	return ls.Subscribe, true, nil
 }
 
 // isPermanent reports whether err is a session-bound call's refusal that no retry can fix.

@@ -103,13 +103,15 @@ func (f *fakeMCP) readBody(ctx context.Context, serverURI string) (contract.Read
 	return contract.ReadOutput{Found: true, Digest: d, MIMEType: "text/plain", Size: int64(len(body)), ServerName: "fake", SentAt: sentAt}, nil
 }
 
-// registerLedger registers the ledger activities and the read fast path of a worker that
-// holds no session (activities.LocalRead without a Session: it allocates, and the read goes
-// to the host queue as on the regular path).
+// registerLedger registers the ledger activities and the read and subscribe fast paths of a
+// worker that holds no session (activities.LocalRead without a Session: it allocates, and the
+// read goes to the host queue as on the regular path; activities.LocalSubscribe without one:
+// the subscribe goes to the host queue).
 func registerLedger(env *testsuite.TestWorkflowEnvironment, st *ledger.Store) {
 	led := &activities.Ledger{Store: st}
 	led.Register(env)
 	(&activities.LocalRead{Ledger: led}).Register(env)
+	(&activities.LocalSubscribe{}).Register(env)
 }
 
 type harness struct {

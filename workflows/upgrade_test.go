@@ -50,6 +50,15 @@ var patchHistories = map[string]struct{ pre, post []string }{
 		pre:  []string{"cover-after-read-v1-00-Completed.json", "subscription-00-Completed.json"},
 		post: []string{"local-read-v1-00-Completed.json"},
 	},
+	// Issue 16 item 4. Every subscription history recorded before the patch subscribes on the
+	// host queue (MCPSubscribe); local-read-v1-00 was recorded with the local-read patch, and
+	// subscription-00 earlier. local-subscribe-v1-00 is recorded by internal/harness/e2e
+	// TestHistoriesLocalSubscribe on the current code (the fast path: one workflow task from
+	// the start to the first accepted version).
+	"local-subscribe": {
+		pre:  []string{"local-read-v1-00-Completed.json", "subscription-00-Completed.json"},
+		post: []string{"local-subscribe-v1-00-Completed.json"},
+	},
 }
 
 // distinguishing are the pre-patch histories that the new branch of their patch cannot replay:
@@ -59,6 +68,7 @@ var distinguishing = map[string]string{
 	"cover-after-read":          "cover-after-read-v0-00-Completed.json",
 	"close-on-ended-session":    "close-on-ended-session-v0-00-Completed.json",
 	"local-read":                "cover-after-read-v1-00-Completed.json",
+	"local-subscribe":           "local-read-v1-00-Completed.json",
 }
 
 // Issue 17 part 5: every patch has a history recorded before it, which carries no marker of

@@ -16,6 +16,7 @@ var patches = []string{
 	versionCoverAfterRead,         // d9eceaa, SubscriptionWorkflow
 	versionCloseOnEndedSession,    // dffcd2d, SubscriptionWorkflow
 	versionLocalRead,              // issue 16 item 2, SubscriptionWorkflow
+	versionLocalSubscribe,         // issue 16 item 4, SubscriptionWorkflow
 }
 
 // unguardedPatches, set only by tests, makes every patch take its new branch without a

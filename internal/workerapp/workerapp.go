@@ -163,6 +163,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	// One Session value on both queues: MCPRead joins the reads the fast path handed off.
 	sess := &activities.Session{Host: w.Host, Store: w.Store}
 	(&activities.LocalRead{Session: sess, Ledger: led}).Register(main)
+	(&activities.LocalSubscribe{Session: sess}).Register(main) // the subscribe fast path (issue 16 item 4)
 	(&activities.Catalog{Store: w.Store}).Register(main)
 	hostWorker := worker.New(w.Client, queue, w.trace.options(workerOptions))
 	sess.Register(hostWorker)
