@@ -5,6 +5,7 @@ package launch
 
 import (
 	"context"
+	"sync"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -15,13 +16,28 @@ import (
 	"github.com/mcpsync/mcpsync/internal/searchattr"
 )
 
+// ensured remembers the clients and namespaces whose search attributes Subscription has seen
+// registered: a bulk subscribe or a gateway starts thousands of workflows, and listing the
+// namespace's attributes before each start was one more round trip per start (issue 16
+// item 4). Registered attributes are not removed while a process runs.
+var ensured sync.Map
+
+type ensuredKey struct {
+	c  client.Client
+	ns string
+}
+
 // Subscription starts (or finds running: conflict policy USE_EXISTING) the workflow wfID of a
 // subscription, registering the search attributes it is started with if the namespace lacks
 // them (no worker may have run yet). The workflow carries a static summary and details for the
 // Temporal UI. Starting twice with the same wfID never creates a second run.
 func Subscription(ctx context.Context, tc client.Client, namespace, wfID string, in contract.SubscriptionInput) (client.WorkflowRun, error) {
-	if err := searchattr.Ensure(ctx, tc, namespace); err != nil {
-		return nil, err
+	key := ensuredKey{tc, namespace}
+	if _, done := ensured.Load(key); !done {
+		if err := searchattr.Ensure(ctx, tc, namespace); err != nil {
+			return nil, err
+		}
+		ensured.Store(key, true)
 	}
 	return tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       wfID,
