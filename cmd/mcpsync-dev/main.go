@@ -14,7 +14,10 @@
 // data. With --parent-pid it stops the same way when that process exits (scripts/run.sh
 // passes its own PID, so that killing the script never leaves mcpsync-dev holding its ports).
 // A port already in use is reported in one line naming the process that holds it and how to
-// stop it.
+// stop it. --temporal-history-shards and --temporal-shard-io-concurrency tune the embedded
+// history service (defaults measured by issue 16 item 2); the shard count is fixed when the
+// Temporal persistence is created, so an existing one keeps the count it has, and the log says
+// so when that differs from the flag.
 //
 // Exit codes: 0 after a clean stop, 1 on failure, 2 on bad flags.
 package main
@@ -63,7 +66,19 @@ func run() int {
 	tlsCA := fs.String("tls-ca", "", "PEM file of the CA that signed --tls-cert; dev.env names it as TEMPORAL_TLS_CA")
 	persistenceFlag := fs.String("temporal-persistence", envOr("MCPSYNC_TEMPORAL_PERSISTENCE", string(defaultPersistence)),
 		"where Temporal keeps its state: postgres (databases temporal and temporal_visibility on the PostgreSQL server) or sqlite (a file under --data-dir)")
+	historyShards := fs.Int("temporal-history-shards", 0,
+		"history shards of a new Temporal persistence, fixed at creation: an existing one keeps its count (0: the measured default, sqlite 1, postgres 4)")
+	shardIO := fs.Int("temporal-shard-io-concurrency", 0,
+		"persistence operations in flight per Temporal history shard, history.shardIOConcurrency (0: the measured default, sqlite 1, postgres 8)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	if *historyShards < 0 || *historyShards > 1024 {
+		fmt.Fprintf(os.Stderr, "mcpsync-dev: bad --temporal-history-shards %d: want 1 to 1024 (0: the default)\n", *historyShards)
+		return 2
+	}
+	if *shardIO < 0 || *shardIO > 1024 {
+		fmt.Fprintf(os.Stderr, "mcpsync-dev: bad --temporal-shard-io-concurrency %d: want 1 to 1024 (0: the default)\n", *shardIO)
 		return 2
 	}
 	persistence, err := devtemporal.ParsePersistence(*persistenceFlag)
@@ -159,6 +174,9 @@ func run() int {
 		Logger:         log,
 		ServerLogLevel: level,
 		TLS:            serverTLS,
+		// Measured defaults (issue 16 item 2); an existing persistence keeps its shard count.
+		HistoryShards:      int32(*historyShards),
+		ShardIOConcurrency: *shardIO,
 	})
 	if err != nil && temporalPG != nil && pg == nil {
 		return fail(fmt.Errorf("%w (Temporal's databases go on DATABASE_URL's server, which needs CREATEDB for that; or use --temporal-persistence sqlite)", err))

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.temporal.io/server/client"
 	"go.temporal.io/server/common/authorization"
 	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
@@ -79,7 +80,7 @@ func (s *Server) serverOptions(opts Options, mainCfg, visCfg *config.SQL) ([]tem
 	cfg.Persistence = config.Persistence{
 		DefaultStore:     mainCfg.PluginName,
 		VisibilityStore:  mainCfg.PluginName,
-		NumHistoryShards: 1,
+		NumHistoryShards: s.shards,
 		DataStores:       map[string]config.DataStore{mainCfg.PluginName: {SQL: mainCfg}},
 	}
 	if visCfg != mainCfg {
@@ -134,6 +135,8 @@ func (s *Server) serverOptions(opts Options, mainCfg, visCfg *config.SQL) ([]tem
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
 		// The Web UI lists and counts workflows often.
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
+		// Persistence operations in flight per history shard (the server's default is 1).
+		dynamicconfig.ShardIOConcurrency.Key(): opts.ShardIOConcurrency,
 	}
 	for k, v := range opts.DynamicConfig {
 		dyn[dynamicconfig.MakeKey(k)] = v
@@ -146,5 +149,8 @@ func (s *Server) serverOptions(opts Options, mainCfg, visCfg *config.SQL) ([]tem
 		temporal.WithAuthorizer(authorizer),
 		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
 		temporal.WithDynamicConfigClient(dyn),
+		// One connection from the server to its own frontend, not one per search-attribute
+		// call (see sharedLocalClients).
+		temporal.WithClientFactoryProvider(sharedLocalClients{inner: client.NewFactoryProvider()}),
 	}, nil
 }

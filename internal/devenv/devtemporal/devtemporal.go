@@ -22,6 +22,7 @@ import (
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/server/common/config"
+	tlog "go.temporal.io/server/common/log"
 	"go.temporal.io/server/temporal"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -105,6 +106,15 @@ type Options struct {
 	StartTimeout time.Duration
 	// TLS, if set, makes the frontend serve TLS (nil: plain text).
 	TLS *TLS
+	// HistoryShards is the number of history shards a new cluster is created with (default
+	// DefaultHistoryShards(Persistence)). The count is fixed when the persistence is created:
+	// over an existing data directory or database Start uses the stored count, logging one
+	// line when it differs from this one.
+	HistoryShards int32
+	// ShardIOConcurrency is history.shardIOConcurrency, the persistence operations each
+	// history shard may have in flight (default DefaultShardIOConcurrency(Persistence)).
+	// DynamicConfig overrides it when it sets that key.
+	ShardIOConcurrency int
 }
 
 // Server is a running in-process Temporal service and Web UI, started by Start.
@@ -120,6 +130,7 @@ type Server struct {
 	lock      *os.File
 	pgLock    *pgx.Conn    // PersistencePostgres: the session that holds the server lock
 	quiet     *atomic.Bool // set while stopping: shutdown noise is not logged
+	shards    int32
 	temporal  temporal.Server
 	ui        *uiserver.Server
 	uiDone    chan error
@@ -165,8 +176,17 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if opts.Persistence == "" {
 		opts.Persistence = PersistenceSQLite
 	}
+	if opts.HistoryShards < 0 || opts.ShardIOConcurrency < 0 {
+		return nil, fmt.Errorf("devtemporal: HistoryShards (%d) and ShardIOConcurrency (%d) must not be negative", opts.HistoryShards, opts.ShardIOConcurrency)
+	}
 	if _, err := ParsePersistence(string(opts.Persistence)); err != nil {
 		return nil, fmt.Errorf("devtemporal: %w", err)
+	}
+	if opts.HistoryShards == 0 {
+		opts.HistoryShards = DefaultHistoryShards(opts.Persistence)
+	}
+	if opts.ShardIOConcurrency == 0 {
+		opts.ShardIOConcurrency = DefaultShardIOConcurrency(opts.Persistence)
 	}
 	dataDir, err := filepath.Abs(opts.DataDir)
 	if err != nil {
@@ -214,6 +234,10 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("devtemporal: %w", err)
 	}
+	schemaLog := tlog.NewZapLogger(s.log.Named("temporal-schema").WithOptions(gate(opts.ServerLogLevel, s.quiet)))
+	if s.shards, err = s.historyShards(mainCfg, opts.HistoryShards, schemaLog); err != nil {
+		return nil, fmt.Errorf("devtemporal: %w", err)
+	}
 	serverOpts, err := s.serverOptions(opts, mainCfg, visCfg)
 	if err != nil {
 		return nil, fmt.Errorf("devtemporal: %w", err)
@@ -233,7 +257,8 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 			return nil, fmt.Errorf("devtemporal: %w", err)
 		}
 	}
-	s.log.Info("Temporal ready", zap.String("frontend", s.FrontendAddress()), zap.String("ui", s.UIURL()), zap.String("persistence", string(opts.Persistence)), zap.String("db", s.store))
+	s.log.Info("Temporal ready", zap.String("frontend", s.FrontendAddress()), zap.String("ui", s.UIURL()), zap.String("persistence", string(opts.Persistence)), zap.String("db", s.store),
+		zap.Int32("historyShards", s.shards), zap.Int("shardIOConcurrency", opts.ShardIOConcurrency))
 	return s, nil
 }
 
@@ -318,6 +343,10 @@ func (s *Server) UIURL() string {
 	}
 	return "http://" + net.JoinHostPort(s.host, strconv.Itoa(s.uiPort))
 }
+
+// HistoryShards is the number of history shards the server runs with: the count its
+// persistence was created with.
+func (s *Server) HistoryShards() int32 { return s.shards }
 
 // Namespace is the namespace Start created.
 func (s *Server) Namespace() string { return s.namespace }
