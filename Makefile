@@ -88,15 +88,15 @@ conformance:
 ## BENCH_QUICK_BUDGET_<step>, are only a guard against a hang); the *FLAGS above still apply
 ## and override the small sizes.
 BENCH_GOAL                   ?= 1200
-BENCH_BUDGET_build           ?= 80
-BENCH_BUDGET_throughput      ?= 300
-BENCH_BUDGET_storm           ?= 60
-BENCH_BUDGET_revoke          ?= 110
-BENCH_BUDGET_scan            ?= 45
+BENCH_BUDGET_build           ?= 45
+BENCH_BUDGET_throughput      ?= 240
+BENCH_BUDGET_storm           ?= 40
+BENCH_BUDGET_revoke          ?= 60
+BENCH_BUDGET_scan            ?= 30
 BENCH_BUDGET_ledger          ?= 45
-BENCH_BUDGET_prune           ?= 70
-BENCH_BUDGET_persistence     ?= 140
-BENCH_BUDGET_scale           ?= 300
+BENCH_BUDGET_prune           ?= 60
+BENCH_BUDGET_persistence     ?= 110
+BENCH_BUDGET_scale           ?= 520
 BENCH_BUDGET_gateway         ?= 45
 BENCH_QUICK_GOAL             ?= 180
 BENCH_QUICK_BUDGET_build     ?= 30

@@ -86,6 +86,13 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "mcpsync-dev: bad --temporal-persistence:", err)
 		return 2
 	}
+	explicit := os.Getenv("MCPSYNC_TEMPORAL_PERSISTENCE") != ""
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "temporal-persistence" })
+	var note string
+	persistence, note = choosePersistence(persistence, explicit, *dataDir)
+	if note != "" {
+		fmt.Fprintln(os.Stderr, "mcpsync-dev: note:", note)
+	}
 	serverTLS, err := frontendTLS(*tlsCert, *tlsKey, *tlsCA)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcpsync-dev:", err)
@@ -385,3 +392,19 @@ func frontendTLS(cert, key, ca string) (*devtemporal.TLS, error) {
 
 // flagNames renames the settings in config's messages to mcpsync-dev's flags.
 var flagNames = strings.NewReplacer("TEMPORAL_TLS_CERT", "--tls-cert", "TEMPORAL_TLS_KEY", "--tls-key", "TEMPORAL_TLS_CA", "--tls-ca")
+
+// choosePersistence is the Temporal persistence to run: the requested one, except that a data
+// directory holding a SQLite Temporal store keeps using it when nobody chose the persistence
+// explicitly (flag or MCPSYNC_TEMPORAL_PERSISTENCE): a data directory made while SQLite was
+// the default must not lose its workflows to the new default. The note says so, once.
+func choosePersistence(requested devtemporal.Persistence, explicit bool, dataDir string) (devtemporal.Persistence, string) {
+	if explicit || requested == devtemporal.PersistenceSQLite {
+		return requested, ""
+	}
+	file := filepath.Join(dataDir, devtemporal.DatabaseFileName)
+	if _, err := os.Stat(file); err != nil {
+		return requested, ""
+	}
+	return devtemporal.PersistenceSQLite, fmt.Sprintf("keeping the Temporal state of this data directory in SQLite (%s); the default for new data directories is %s (--temporal-persistence %s switches, leaving that state unused)",
+		file, requested, requested)
+}
