@@ -21,13 +21,7 @@ import (
 // (Over HTTP mcp-go answers 400 to a 2026-07-28 notification without the protocol version
 // in _meta, and a 4xx answer to a notification closes the go-sdk's connection.)
 func TestInteropMcpGoUnsubscribeKeepsSession(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		serve func(t *testing.T, srv *mcpgoserver.Server) []string
-	}{
-		{"http", serveMcpgoHTTP},
-		{"stdio", serveMcpgoStdio},
-	} {
+	for _, tt := range mcpgoTransports {
 		t.Run(tt.name, func(t *testing.T) {
 			const dropped, kept = "demo://mcpgo/dropped", "demo://mcpgo/kept"
 			s := newStack(t)
@@ -83,13 +77,7 @@ func TestInteropMcpGoUnsubscribeKeepsSession(t *testing.T) {
 // refused stream (notifications/cancelled); the session keeps its generation through the
 // retries, and a URI subscribed later on the same session is watched and updated.
 func TestInteropMcpGoRefusedListen(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		serve func(t *testing.T, srv *mcpgoserver.Server) []string
-	}{
-		{"http", serveMcpgoHTTP},
-		{"stdio", serveMcpgoStdio},
-	} {
+	for _, tt := range mcpgoTransports {
 		t.Run(tt.name, func(t *testing.T) {
 			const refused, good = "demo://mcpgo/refused", "demo://mcpgo/good"
 			s := newStack(t)
@@ -138,4 +126,13 @@ func TestInteropMcpGoRefusedListen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mcpgoTransports are the two ways the mcp-go server is reached, for tests that run over both.
+var mcpgoTransports = []struct {
+	name  string
+	serve func(t *testing.T, srv *mcpgoserver.Server) []string
+}{
+	{"http", serveMcpgoHTTP},
+	{"stdio", serveMcpgoStdio},
 }

@@ -158,13 +158,9 @@ func TestDropListenStreams(t *testing.T) {
 	if n := s.DropListenStreams(); n != 1 {
 		t.Fatalf("dropped %d listen streams, want 1", n)
 	}
-	deadline := time.Now().Add(wait)
-	for len(s.Watching()) > 0 || s.LiveListenStreams() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("still watching %v with %d streams after the drop", s.Watching(), s.LiveListenStreams())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, "nothing watched and no stream left after the drop", func() bool {
+		return len(s.Watching()) == 0 && s.LiveListenStreams() == 0
+	})
 	before := s.Stats().UpdatesSent
 	s.Set("demo://a", "v2")
 	if got := s.Stats().UpdatesSent; got != before {
