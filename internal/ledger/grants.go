@@ -269,16 +269,11 @@ func insertRevocation(ctx context.Context, tx pgx.Tx, req RevokeRequest, sourceI
 // revokeGrants revokes the principal's standing grants (the fence of Revoke): the UPDATE waits
 // for every read holding one. It fails with a *GrantError when none matches.
 func revokeGrants(ctx context.Context, tx pgx.Tx, req RevokeRequest, revocationID int64) ([]RevokedGrant, error) {
-	rows, err := tx.Query(ctx, `
-		WITH g AS (
-			UPDATE grants SET revoked_at = now(), revocation_id = $3
-			WHERE principal = $1 AND ($2 = 0 OR source_id = $2) AND revoked_at IS NULL
-			RETURNING source_id, epoch),
-		rg AS (
-			INSERT INTO revocation_grants (revocation_id, source_id, grant_epoch)
-			SELECT $3, source_id, epoch FROM g RETURNING source_id)
-		SELECT g.source_id, so.name, g.epoch FROM g JOIN sources so ON so.id = g.source_id ORDER BY so.name`,
-		req.Principal, req.SourceID, revocationID)
+	args := []any{req.Principal, revocationID}
+	if req.SourceID != 0 {
+		args = append(args, req.SourceID)
+	}
+	rows, err := tx.Query(ctx, revokeGrantsSQL(req.SourceID != 0), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +285,27 @@ func revokeGrants(ctx context.Context, tx pgx.Tx, req RevokeRequest, revocationI
 		return nil, &GrantError{Principal: req.Principal, SourceID: req.SourceID}
 	}
 	return grants, nil
+}
+
+// revokeGrantsSQL is revokeGrants' statement: $1 the principal, $2 the revocation and, when
+// oneSource, $3 the source. For one source its WHERE names the grant's whole key, so the UPDATE
+// reads that one row under any plan, however many sources the principal holds grants on (a
+// predicate like "$3 = 0 OR source_id = $3" leaves the source out of the index condition of
+// the generic plan a prepared statement settles on: every grant of the principal is read).
+func revokeGrantsSQL(oneSource bool) string {
+	where := "principal = $1 AND revoked_at IS NULL"
+	if oneSource {
+		where += " AND source_id = $3"
+	}
+	return `
+		WITH g AS (
+			UPDATE grants SET revoked_at = now(), revocation_id = $2
+			WHERE ` + where + `
+			RETURNING source_id, epoch),
+		rg AS (
+			INSERT INTO revocation_grants (revocation_id, source_id, grant_epoch)
+			SELECT $2, source_id, epoch FROM g RETURNING source_id)
+		SELECT g.source_id, so.name, g.epoch FROM g JOIN sources so ON so.id = g.source_id ORDER BY so.name`
 }
 
 // invalidateIndexes stamps the principal's live lineage entries on sources with the
