@@ -7,7 +7,10 @@
 // two raw listings), for a changed set (the scan stores the new entries once) and for an
 // unchanged one (a re-check stores no entries). Everything runs in-process (localstack).
 //
-//	go run ./bench/scan [-resources 100000] [-page 100] [-runs 3]
+// With -era 2026-07-28 the server speaks both eras and every listing (raw, one round, the A/B
+// scan) runs on a 2026-07-28 session.
+//
+//	go run ./bench/scan [-resources 100000] [-page 100] [-runs 3] [-era 2025-11-25|2026-07-28]
 package main
 
 import (
@@ -37,7 +40,12 @@ func main() {
 	runs := flag.Int("runs", 3, "measurements of each kind (the median is reported)")
 	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of a Postgres server (empty: start a private one)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurements to this file")
+	era := flag.String("era", chaosmcp.ProtocolVersion, "protocol era of every session: "+chaosmcp.ProtocolVersion+" or "+chaosmcp.ProtocolModern)
 	flag.Parse()
+	if *era != chaosmcp.ProtocolVersion && *era != chaosmcp.ProtocolModern {
+		fmt.Fprintf(os.Stderr, "scan bench: -era %q: want %s or %s\n", *era, chaosmcp.ProtocolVersion, chaosmcp.ProtocolModern)
+		os.Exit(2)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {
@@ -51,22 +59,30 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *n, *page, *runs, *admin); err != nil {
+	if err := run(ctx, *n, *page, *runs, *admin, *era); err != nil {
 		fmt.Fprintln(os.Stderr, "scan bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, n, page, runs int, admin string) error {
-	srv := chaosmcp.New(chaosmcp.Options{Name: "bench", Version: "1", PageSize: page})
+func run(ctx context.Context, n, page, runs int, admin, era string) error {
+	opts := chaosmcp.Options{Name: "bench", Version: "1", PageSize: page}
+	if era == chaosmcp.ProtocolModern {
+		opts.ProtocolVersions = chaosmcp.AllProtocolVersions
+	}
+	srv := chaosmcp.New(opts)
 	defer srv.Close()
 	rs := make([]chaosmcp.Resource, n)
 	for i := range rs {
 		rs[i] = chaosmcp.Resource{URI: fmt.Sprintf("demo://items/%06d", i), Text: "x", MIMEType: "text/plain"}
 	}
 	srv.PutMany(rs...)
-	h, err := srv.StartHTTP("127.0.0.1:0")
+	listen := srv.StartHTTP
+	if era == chaosmcp.ProtocolModern {
+		listen = srv.StartHTTPBothEras
+	}
+	h, err := listen("127.0.0.1:0")
 	if err != nil {
 		return err
 	}
@@ -101,7 +117,7 @@ func run(ctx context.Context, n, page, runs int, admin string) error {
 			srv.Set(fmt.Sprintf("demo://items/new-%03d", i), "x", "text/plain")
 		}
 		want := len(srv.URIs())
-		d, items, err := rawListing(ctx, h.URL)
+		d, items, err := rawListing(ctx, h.URL, era)
 		if err != nil {
 			return err
 		}
@@ -109,7 +125,7 @@ func run(ctx context.Context, n, page, runs int, admin string) error {
 			return fmt.Errorf("raw listing saw %d resources, want %d", items, want)
 		}
 		raw = append(raw, d)
-		dr, err := directRound(ctx, h.URL, want)
+		dr, err := directRound(ctx, h.URL, want, era)
 		if err != nil {
 			return err
 		}
@@ -153,7 +169,7 @@ func run(ctx context.Context, n, page, runs int, admin string) error {
 			t0.Add(d).Sub(c.PublishedAt).Round(time.Millisecond))
 	}
 	r := median(raw)
-	fmt.Printf("\nresources: %d, page size: %d, transport: streamable HTTP, medians of %d runs\n", n, page, runs)
+	fmt.Printf("\nresources: %d, page size: %d, transport: streamable HTTP, era %s, medians of %d runs\n", n, page, era, runs)
 	fmt.Printf("raw go-sdk listing (one pass):                            %s\n", r.Round(time.Millisecond))
 	fmt.Printf("one round's paging and digests alone (discovery.Scan):   %s  (2 rounds: %.2fx)\n",
 		median(direct).Round(time.Millisecond), 2*float64(median(direct))/float64(r))
@@ -174,9 +190,9 @@ func run(ctx context.Context, n, page, runs int, admin string) error {
 
 // rawListing lists every resource and template of the server once with a fresh go-sdk client
 // session and its page iterators, keeping what it lists, as a plain client would.
-func rawListing(ctx context.Context, url string) (time.Duration, int, error) {
+func rawListing(ctx context.Context, url, era string) (time.Duration, int, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "raw", Version: "0"}, nil)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: 1}, &mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: 1}, &mcp.ClientSessionOptions{ProtocolVersion: era})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -201,9 +217,9 @@ func rawListing(ctx context.Context, url string) (time.Duration, int, error) {
 
 // directRound runs one round's paging and digesting (discovery.Scan) on a fresh session, as
 // the round activity does, without the activity, the heartbeats and the ledger.
-func directRound(ctx context.Context, url string, want int) (time.Duration, error) {
+func directRound(ctx context.Context, url string, want int, era string) (time.Duration, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "round", Version: "0"}, nil)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: 1}, &mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: 1}, &mcp.ClientSessionOptions{ProtocolVersion: era})
 	if err != nil {
 		return 0, err
 	}

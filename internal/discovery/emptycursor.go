@@ -84,7 +84,7 @@ func (c *emptyCursorConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	noted := c.lists[resp.ID]
 	delete(c.lists, resp.ID)
 	c.mu.Unlock()
-	if !noted || resp.Error != nil {
+	if !noted || resp.Error != nil || !mayHaveEmptyNextCursor(resp.Result) {
 		return msg, err
 	}
 	var result map[string]json.RawMessage

@@ -135,7 +135,7 @@ func trailingNewlines(b []byte) int {
 // emptyNextCursor rewrites a JSON-RPC response to id whose result carries "nextCursor": ""
 // so that it carries EmptyCursor; it reports whether it did.
 func emptyNextCursor(data []byte, id json.RawMessage) ([]byte, bool) {
-	if !bytes.Contains(data, []byte(`"nextCursor"`)) {
+	if !mayHaveEmptyNextCursor(data) {
 		return nil, false
 	}
 	var msg map[string]json.RawMessage
@@ -158,6 +158,27 @@ func emptyNextCursor(data []byte, id json.RawMessage) ([]byte, bool) {
 		return nil, false
 	}
 	return out, true
+}
+
+// mayHaveEmptyNextCursor reports whether data holds the key "nextCursor" followed by an empty
+// string, whatever JSON whitespace lies between: only then is a message worth decoding. Every
+// page of a list but the last carries a non-empty nextCursor, so without this check each page
+// would be decoded twice more than the go-sdk decodes it.
+func mayHaveEmptyNextCursor(data []byte) bool {
+	key := []byte(`"nextCursor"`)
+	for {
+		i := bytes.Index(data, key)
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(key):]
+		rest := bytes.TrimLeft(data, " \t\r\n")
+		if len(rest) > 0 && rest[0] == ':' {
+			if bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte(`""`)) {
+				return true
+			}
+		}
+	}
 }
 
 // sameJSON reports whether two JSON-RPC IDs (strings or numbers) are equal.
