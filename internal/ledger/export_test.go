@@ -15,3 +15,19 @@ func RevokeGrantsStatement(principal string, revocationID, sourceID int64) (stri
 	}
 	return revokeGrantsSQL(true), []any{principal, revocationID, sourceID}
 }
+
+// RevokeFollowUpStatements returns the statements with which Revoke, after the grants,
+// invalidates the derived indexes and records the subscriptions of principal on sources, as
+// revocation revocationID, with their arguments (named for test failures).
+func RevokeFollowUpStatements(principal string, revocationID int64, sources []int64) map[string]struct {
+	SQL  string
+	Args []any
+} {
+	return map[string]struct {
+		SQL  string
+		Args []any
+	}{
+		"invalidateIndexes":          {invalidateIndexesSQL, []any{revocationID, principal, sources, nil}},
+		"recordRevokedSubscriptions": {recordRevokedSubscriptionsSQL, []any{revocationID, principal, sources}},
+	}
+}

@@ -308,13 +308,15 @@ func revokeGrantsSQL(oneSource bool) string {
 		SELECT g.source_id, so.name, g.epoch FROM g JOIN sources so ON so.id = g.source_id ORDER BY so.name`
 }
 
-// invalidateIndexes stamps the principal's live lineage entries on sources with the
-// revocation and writes one outbox row per derived index listing them (R24).
-func invalidateIndexes(ctx context.Context, tx pgx.Tx, revocationID int64, principal string, sources []int64, sourceID *int64) ([]IndexInvalidation, error) {
-	rows, err := tx.Query(ctx, `
+// invalidateIndexesSQL is invalidateIndexes' statement: $1 the revocation, $2 the principal, $3
+// the sources, $4 the one source revoked (NULL: all).
+const invalidateIndexesSQL = `
 		WITH lin AS (
 			UPDATE index_lineage l SET revocation_id = $1, invalidated_at = now()
-			WHERE l.principal = $2 AND l.source_id = ANY($3) AND l.revocation_id IS NULL
+			FROM (SELECT e.id FROM unnest($3::bigint[]) AS src(id) CROSS JOIN LATERAL (
+					SELECT id FROM index_lineage
+					WHERE principal = $2 AND source_id = src.id AND revocation_id IS NULL OFFSET 0) e) m
+			WHERE l.id = m.id AND l.revocation_id IS NULL
 			RETURNING l.id, l.index_name, l.source_id, l.uri, l.version_id, l.read_ordinal, l.digest, l.delivered_digest),
 		per AS (
 			SELECT lin.index_name, count(*) AS entries,
@@ -325,7 +327,7 @@ func invalidateIndexes(ctx context.Context, tx pgx.Tx, revocationID int64, princ
 			GROUP BY lin.index_name),
 		ob AS (
 			INSERT INTO invalidation_outbox (kind, idempotency_key, principal, source_id, detail)
-			SELECT '`+OutboxIndexInvalidation+`', 'revocation/' || $1 || '/index/' || per.index_name, $2, $4,
+			SELECT '` + OutboxIndexInvalidation + `', 'revocation/' || $1 || '/index/' || per.index_name, $2, $4,
 			       jsonb_build_object('revocation', $1::bigint, 'index', per.index_name, 'principal', $2::text,
 			           'entries', per.list)
 			FROM per ORDER BY per.index_name
@@ -336,7 +338,15 @@ func invalidateIndexes(ctx context.Context, tx pgx.Tx, revocationID int64, princ
 			RETURNING index_name)
 		SELECT per.index_name, per.entries::int, ob.idempotency_key, ob.id
 		FROM per JOIN ob ON ob.idempotency_key = 'revocation/' || $1 || '/index/' || per.index_name
-		ORDER BY per.index_name`, revocationID, principal, sources, sourceID)
+		ORDER BY per.index_name`
+
+// invalidateIndexes stamps the principal's live lineage entries on sources with the
+// revocation and writes one outbox row per derived index listing them (R24). Each source is
+// looked up by (principal, source) in a LATERAL subquery that OFFSET 0 keeps from being
+// flattened, so no plan reads every live entry of the principal ("source_id = ANY($3)" was
+// left to a filter under a generic plan).
+func invalidateIndexes(ctx context.Context, tx pgx.Tx, revocationID int64, principal string, sources []int64, sourceID *int64) ([]IndexInvalidation, error) {
+	rows, err := tx.Query(ctx, invalidateIndexesSQL, revocationID, principal, sources, sourceID)
 	if err != nil {
 		return nil, err
 	}
@@ -347,18 +357,24 @@ func invalidateIndexes(ctx context.Context, tx pgx.Tx, revocationID int64, princ
 	})
 }
 
-// recordRevokedSubscriptions records the principal's subscriptions on sources that are not
-// CLOSED, for the caller to signal through the close fence.
-func recordRevokedSubscriptions(ctx context.Context, tx pgx.Tx, revocationID int64, principal string, sources []int64) ([]RevokedSubscription, error) {
-	rows, err := tx.Query(ctx, `
+// recordRevokedSubscriptionsSQL is recordRevokedSubscriptions' statement: $1 the revocation,
+// $2 the principal, $3 the sources.
+const recordRevokedSubscriptionsSQL = `
 		WITH ins AS (
 			INSERT INTO revocation_subscriptions (revocation_id, subscription_id, workflow_id, state_at_revocation)
-			SELECT $1, s.id, s.workflow_id, s.state FROM subscriptions s
-			WHERE s.principal = $2 AND s.source_id = ANY($3) AND s.state <> 'CLOSED'
+			SELECT $1, s.id, s.workflow_id, s.state FROM unnest($3::bigint[]) AS src(id) CROSS JOIN LATERAL (
+				SELECT id, workflow_id, state FROM subscriptions
+				WHERE principal = $2 AND source_id = src.id AND state <> 'CLOSED' OFFSET 0) s
 			RETURNING subscription_id, workflow_id, state_at_revocation)
 		SELECT ins.subscription_id, ins.workflow_id, so.name, s.uri, ins.state_at_revocation
 		FROM ins JOIN subscriptions s ON s.id = ins.subscription_id JOIN sources so ON so.id = s.source_id
-		ORDER BY ins.subscription_id`, revocationID, principal, sources)
+		ORDER BY ins.subscription_id`
+
+// recordRevokedSubscriptions records the principal's subscriptions on sources that are not
+// CLOSED, for the caller to signal through the close fence. Like invalidateIndexes it looks
+// each source up by (principal, source), not every subscription of the principal.
+func recordRevokedSubscriptions(ctx context.Context, tx pgx.Tx, revocationID int64, principal string, sources []int64) ([]RevokedSubscription, error) {
+	rows, err := tx.Query(ctx, recordRevokedSubscriptionsSQL, revocationID, principal, sources)
 	if err != nil {
 		return nil, err
 	}
