@@ -10,10 +10,7 @@ func SetEnsureLookupHook(f func()) func() {
 // RevokeGrantsStatement returns the statement with which Revoke revokes principal's grant on
 // sourceID (0: on every source) as revocation revocationID, and its arguments.
 func RevokeGrantsStatement(principal string, revocationID, sourceID int64) (string, []any) {
-	if sourceID == 0 {
-		return revokeGrantsSQL(false), []any{principal, revocationID}
-	}
-	return revokeGrantsSQL(true), []any{principal, revocationID, sourceID}
+	return revokeGrantsStatement(principal, revocationID, sourceID)
 }
 
 // RevokeFollowUpStatements returns the statements with which Revoke, after the grants,

@@ -269,11 +269,8 @@ func insertRevocation(ctx context.Context, tx pgx.Tx, req RevokeRequest, sourceI
 // revokeGrants revokes the principal's standing grants (the fence of Revoke): the UPDATE waits
 // for every read holding one. It fails with a *GrantError when none matches.
 func revokeGrants(ctx context.Context, tx pgx.Tx, req RevokeRequest, revocationID int64) ([]RevokedGrant, error) {
-	args := []any{req.Principal, revocationID}
-	if req.SourceID != 0 {
-		args = append(args, req.SourceID)
-	}
-	rows, err := tx.Query(ctx, revokeGrantsSQL(req.SourceID != 0), args...)
+	sql, args := revokeGrantsStatement(req.Principal, revocationID, req.SourceID)
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -285,6 +282,15 @@ func revokeGrants(ctx context.Context, tx pgx.Tx, req RevokeRequest, revocationI
 		return nil, &GrantError{Principal: req.Principal, SourceID: req.SourceID}
 	}
 	return grants, nil
+}
+
+// revokeGrantsStatement is revokeGrants' statement for principal's grant on sourceID (0: on
+// every source) as revocation revocationID, with its arguments.
+func revokeGrantsStatement(principal string, revocationID, sourceID int64) (string, []any) {
+	if sourceID == 0 {
+		return revokeGrantsSQL(false), []any{principal, revocationID}
+	}
+	return revokeGrantsSQL(true), []any{principal, revocationID, sourceID}
 }
 
 // revokeGrantsSQL is revokeGrants' statement: $1 the principal, $2 the revocation and, when
