@@ -385,9 +385,14 @@ func lockDatabase(ctx context.Context, dbURL string) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// unlockDatabase ends the lock's session, which releases the lock.
+// unlockDatabase releases the server lock and ends its session. The explicit unlock comes
+// first because closing the connection alone returns before the server's backend has exited
+// and dropped the lock: a server started on the same database right after Stop would then
+// find it held and fail with ErrDatabaseInUse. When the unlock cannot run (connection already
+// broken) the session is gone or going, and the lock with it.
 func unlockDatabase(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = conn.Close(ctx) // the session ends either way, and with it the lock
+	_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(serverLockKey))
+	_ = conn.Close(ctx) // the session ends either way
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,6 +56,54 @@ func freshPostgres(t *testing.T) *devtemporal.Postgres {
 		}
 	})
 	return p
+}
+
+// Releasing the server lock (what Stop does) frees it before it returns, so a server started on
+// the same database right after finds it free. Closing the lock's connection alone returned
+// before the server's backend had dropped the lock; a restart under load then failed with
+// ErrDatabaseInUse. Each round probes from a connection opened beforehand, at once.
+func TestServerLockFreeWhenReleased(t *testing.T) {
+	pg := freshPostgres(t)
+	ctx := ctxFor(t)
+	admin, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{pg.Database}.Sanitize())
+	admin.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path, u.RawPath = "/"+pg.Database, ""
+	dbURL := u.String()
+	probe, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(ctx)
+
+	const rounds = 200
+	for i := range rounds {
+		held, err := devtemporal.LockDatabase(ctx, dbURL)
+		if err != nil {
+			t.Fatalf("round %d: lock: %v", i, err)
+		}
+		devtemporal.UnlockDatabase(held)
+		var free bool
+		if err := probe.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(devtemporal.ServerLockKey)).Scan(&free); err != nil {
+			t.Fatal(err)
+		}
+		if !free {
+			t.Fatalf("round %d of %d: server lock still held after it was released", i+1, rounds)
+		}
+		if _, err := probe.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(devtemporal.ServerLockKey)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // On PostgreSQL the server creates both databases and their schemas, runs workflows, refuses a
