@@ -20,11 +20,14 @@ func RevokeFollowUpStatements(principal string, revocationID int64, sources []in
 	SQL  string
 	Args []any
 } {
-	return map[string]struct {
+	type statement = struct {
 		SQL  string
 		Args []any
-	}{
-		"invalidateIndexes":          {invalidateIndexesSQL, []any{revocationID, principal, sources, nil}},
-		"recordRevokedSubscriptions": {recordRevokedSubscriptionsSQL, []any{revocationID, principal, sources}},
+	}
+	invalidate, invalidateArgs := invalidateIndexesStatement(revocationID, principal, sources, nil)
+	record, recordArgs := recordRevokedSubscriptionsStatement(revocationID, principal, sources)
+	return map[string]statement{
+		"invalidateIndexes":          {invalidate, invalidateArgs},
+		"recordRevokedSubscriptions": {record, recordArgs},
 	}
 }

@@ -352,7 +352,8 @@ const invalidateIndexesSQL = `
 // flattened, so no plan reads every live entry of the principal ("source_id = ANY($3)" was
 // left to a filter under a generic plan).
 func invalidateIndexes(ctx context.Context, tx pgx.Tx, revocationID int64, principal string, sources []int64, sourceID *int64) ([]IndexInvalidation, error) {
-	rows, err := tx.Query(ctx, invalidateIndexesSQL, revocationID, principal, sources, sourceID)
+	sql, args := invalidateIndexesStatement(revocationID, principal, sources, sourceID)
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -361,6 +362,11 @@ func invalidateIndexes(ctx context.Context, tx pgx.Tx, revocationID int64, princ
 		err := r.Scan(&ix.Index, &ix.Entries, &ix.OutboxKey, &ix.OutboxID)
 		return ix, err
 	})
+}
+
+// invalidateIndexesStatement is invalidateIndexes' statement with its arguments.
+func invalidateIndexesStatement(revocationID int64, principal string, sources []int64, sourceID *int64) (string, []any) {
+	return invalidateIndexesSQL, []any{revocationID, principal, sources, sourceID}
 }
 
 // recordRevokedSubscriptionsSQL is recordRevokedSubscriptions' statement: $1 the revocation,
@@ -380,11 +386,18 @@ const recordRevokedSubscriptionsSQL = `
 // CLOSED, for the caller to signal through the close fence. Like invalidateIndexes it looks
 // each source up by (principal, source), not every subscription of the principal.
 func recordRevokedSubscriptions(ctx context.Context, tx pgx.Tx, revocationID int64, principal string, sources []int64) ([]RevokedSubscription, error) {
-	rows, err := tx.Query(ctx, recordRevokedSubscriptionsSQL, revocationID, principal, sources)
+	sql, args := recordRevokedSubscriptionsStatement(revocationID, principal, sources)
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[RevokedSubscription])
+}
+
+// recordRevokedSubscriptionsStatement is recordRevokedSubscriptions' statement with its
+// arguments.
+func recordRevokedSubscriptionsStatement(revocationID int64, principal string, sources []int64) (string, []any) {
+	return recordRevokedSubscriptionsSQL, []any{revocationID, principal, sources}
 }
 
 // announceRevocation writes the outbox row announcing the revocation itself, the last

@@ -94,6 +94,11 @@ func genericPlan(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string, 
 				parts[j] = fmt.Sprint(x)
 			}
 			types[i], values[i] = "bigint[]", "'{"+strings.Join(parts, ",")+"}'"
+		case *int64:
+			types[i], values[i] = "bigint", "NULL"
+			if v != nil {
+				values[i] = fmt.Sprint(*v)
+			}
 		case nil:
 			types[i], values[i] = "bigint", "NULL"
 		default:
