@@ -26,3 +26,6 @@ const (
 	CheckerPorcupine            = chkPorcupine
 	CheckerRevocation           = chkRevocation
 )
+
+// ReasonsText is reasonsText: the reads by reason and outcome between two counts.
+var ReasonsText = reasonsText

@@ -3,8 +3,10 @@ package gate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcpsync/mcpsync"
@@ -244,6 +246,10 @@ func stormEra(ctx context.Context, g *run, protocol string) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	reasonsBefore, err := g.readsByReason(ctx, source)
+	if err != nil {
+		return nil, err
+	}
 	countersBefore, err := g.stormCounters(ctx, source)
 	if err != nil {
 		return nil, err
@@ -272,6 +278,10 @@ func stormEra(ctx context.Context, g *run, protocol string) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	reasonsAfter, err := g.readsByReason(ctx, source)
+	if err != nil {
+		return nil, err
+	}
 	changes := n * rounds
 	amp := float64(after-before) / float64(changes)
 	notified := srv.Stats().UpdatesSent - sentBefore
@@ -281,10 +291,47 @@ func stormEra(ctx context.Context, g *run, protocol string) ([]Row, error) {
 	return []Row{{
 		Requirement: "R27", Metric: fmt.Sprintf("duplicate storm (%s): read amplification under duplicate notifications", protocol), Threshold: "< 1.2x",
 		Measured: fmt.Sprintf("%.3fx", amp), Value: amp, Pass: amp < 1.2,
-		Detail: fmt.Sprintf("%d changes notified %d times (%d copies each, %s apart), counted when quiescent: %d reads; "+
+		Detail: fmt.Sprintf("%d changes notified %d times (%d copies each, %s apart), counted when quiescent: %d reads (%s); "+
 			"the workflows received %d notifications as %d signals (%d merged in the host), %d signals caused no read of their own (coalesced in the workflow; %d notifications were stale or duplicate, %d covered by a read sent after they reached the host)",
-			changes, notified, copies, g.opts.StormSpacing, after-before, d.Notifications, d.Signals, merged, coalesced, d.Stale, d.Covered),
+			changes, notified, copies, g.opts.StormSpacing, after-before, reasonsText(reasonsAfter, reasonsBefore), d.Notifications, d.Signals, merged, coalesced, d.Stale, d.Covered),
 	}}, nil
+}
+
+// readsByReason counts the reads dispatched for a source's subscriptions by their reason and
+// outcome ("notification/ACCEPTED").
+func (g *run) readsByReason(ctx context.Context, source string) (map[string]int64, error) {
+	rows, err := g.stack.Store.Pool().Query(ctx, `SELECT d.reason || '/' || coalesce(d.outcome, 'open'), count(*)
+		FROM read_dispatches d JOIN subscriptions s ON s.id = d.subscription_id JOIN sources so ON so.id = s.source_id
+		WHERE so.name = $1 GROUP BY 1`, source)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var reason string
+		var n int64
+		if err := rows.Scan(&reason, &n); err != nil {
+			return nil, err
+		}
+		out[reason] = n
+	}
+	return out, rows.Err()
+}
+
+// reasonsText renders the reads by reason and outcome dispatched between two counts
+// ("notification/ACCEPTED 500, notification/REVALIDATED 12"), in order, or "none".
+func reasonsText(after, before map[string]int64) string {
+	var parts []string
+	for _, reason := range slices.Sorted(maps.Keys(after)) {
+		if d := after[reason] - before[reason]; d != 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", reason, d))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // stormTotals sums the notification counters of the storm source's subscription workflows.
