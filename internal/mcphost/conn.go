@@ -40,9 +40,9 @@ type Conn struct {
 	// same lane, so their order is kept while different URIs are routed in parallel.
 	lanes [routeLanes]sync.Mutex
 
-	// lastPulse holds, per normalized URI, when its latest notification arrived (guarded by
-	// nmu); AwaitQuiet reads it.
-	lastPulse map[string]time.Time
+	// lastPulse holds, per normalized URI, when its latest notification arrived and how many
+	// arrived in its current burst (guarded by nmu); AwaitQuiet reads it.
+	lastPulse map[string]pulseRun
 
 	// listen carries the resource subscriptions of a 2026-07-28 session on
 	// subscriptions/listen streams (listenhost.go); nil on a 2025-11-25 session.
@@ -168,15 +168,35 @@ func (c *Conn) Unsubscribe(ctx context.Context, serverURI string, subscriptionID
 // Read quieting (R13, R27). A server may repeat one change's notification many times a few
 // milliseconds apart; copies that arrive after a read was sent cannot be told from a new
 // change, so each would cost a follow-up read. A read therefore waits until its URI has been
-// quiet for readQuiet (at most readQuietMax): the copies then reach the host before the read
-// is sent, and the workflow counts them as covered by it. An isolated notification reaches a
-// read long after readQuiet, so the wait costs it nothing.
+// quiet (at most readQuietMax): the copies then reach the host before the read is sent, and
+// the workflow counts them as covered by it. The quiet period is readQuiet after a lone
+// notification, which reaches its read long after that, so the wait costs it nothing; once a
+// second notification of the URI arrives within burstQuiet of the one before, the URI is in a
+// burst and the read waits for burstQuiet of quiet instead: on a loaded machine (the server's,
+// or ours) the copies of a burst reach the host with pauses far longer than the server's
+// spacing, and a read sent in such a pause costs a follow-up read for the copies after it.
 const (
 	readQuiet    = 50 * time.Millisecond
+	burstQuiet   = 250 * time.Millisecond
 	readQuietMax = time.Second
 	// lastPulseCap bounds lastPulse; older entries than readQuietMax are pruned beyond it.
 	lastPulseCap = 4096
 )
+
+// pulseRun is what the host knows of a URI's latest notifications: when the last arrived, and
+// how many arrived in a row each within burstQuiet of the one before.
+type pulseRun struct {
+	last   time.Time
+	pulses int
+}
+
+// quiet is how long the URI must be quiet before a read is sent.
+func (r pulseRun) quiet() time.Duration {
+	if r.pulses > 1 {
+		return burstQuiet
+	}
+	return readQuiet
+}
 
 // notePulse records that a notification for serverURI arrived at at. Called with c.nmu held.
 func (c *Conn) notePulse(serverURI string, at time.Time) {
@@ -185,21 +205,29 @@ func (c *Conn) notePulse(serverURI string, at time.Time) {
 		key = serverURI
 	}
 	if c.lastPulse == nil {
-		c.lastPulse = map[string]time.Time{}
+		c.lastPulse = map[string]pulseRun{}
 	}
 	if len(c.lastPulse) >= lastPulseCap {
-		for k, t := range c.lastPulse {
-			if at.Sub(t) > readQuietMax {
+		for k, r := range c.lastPulse {
+			if at.Sub(r.last) > readQuietMax {
 				delete(c.lastPulse, k)
 			}
 		}
 	}
-	c.lastPulse[key] = at
+	r := c.lastPulse[key]
+	if r.pulses > 0 && at.Sub(r.last) <= burstQuiet {
+		r.pulses++
+	} else {
+		r.pulses = 1
+	}
+	r.last = at
+	c.lastPulse[key] = r
 }
 
-// AwaitQuiet returns once no notification for serverURI has arrived for readQuiet, or
-// readQuietMax after it was called, or when ctx ends: the read sent next covers every copy of
-// a burst of notifications (R13, R27).
+// AwaitQuiet returns once no notification for serverURI has arrived for its quiet period
+// (readQuiet, or burstQuiet while the URI is in a burst), or readQuietMax after it was called,
+// or when ctx ends: the read sent next covers every copy of a burst of notifications (R13,
+// R27).
 func (c *Conn) AwaitQuiet(ctx context.Context, serverURI string) {
 	key, err := uri.Normalize(serverURI)
 	if err != nil {
@@ -208,13 +236,13 @@ func (c *Conn) AwaitQuiet(ctx context.Context, serverURI string) {
 	deadline := time.Now().Add(readQuietMax)
 	for {
 		c.nmu.Lock()
-		last, ok := c.lastPulse[key]
+		r, ok := c.lastPulse[key]
 		c.nmu.Unlock()
-		now := time.Now()
-		if !ok || now.Sub(last) >= readQuiet || !now.Before(deadline) {
+		now, quiet := time.Now(), r.quiet()
+		if !ok || now.Sub(r.last) >= quiet || !now.Before(deadline) {
 			return
 		}
-		wait := min(last.Add(readQuiet).Sub(now), deadline.Sub(now))
+		wait := min(r.last.Add(quiet).Sub(now), deadline.Sub(now))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -32,12 +32,35 @@ func (c *Conn) LastPulse(serverURI string) (time.Time, bool) {
 	if err != nil {
 		key = serverURI
 	}
-	t, ok := c.lastPulse[key]
-	return t, ok
+	r, ok := c.lastPulse[key]
+	return r.last, ok
 }
 
-// ReadQuiet and ReadQuietMax are AwaitQuiet's quiet period and cap.
+// PulsesInBurst returns how many notifications for serverURI arrived in its current burst.
+func (c *Conn) PulsesInBurst(serverURI string) int {
+	c.nmu.Lock()
+	defer c.nmu.Unlock()
+	key, err := uri.Normalize(serverURI)
+	if err != nil {
+		key = serverURI
+	}
+	return c.lastPulse[key].pulses
+}
+
+// QuietFor returns the quiet period a read of serverURI waits for now.
+func (c *Conn) QuietFor(serverURI string) time.Duration {
+	c.nmu.Lock()
+	defer c.nmu.Unlock()
+	key, err := uri.Normalize(serverURI)
+	if err != nil {
+		key = serverURI
+	}
+	return c.lastPulse[key].quiet()
+}
+
+// ReadQuiet, BurstQuiet and ReadQuietMax are AwaitQuiet's quiet periods and cap.
 const (
 	ReadQuiet    = readQuiet
+	BurstQuiet   = burstQuiet
 	ReadQuietMax = readQuietMax
 )
