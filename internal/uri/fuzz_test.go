@@ -204,6 +204,9 @@ func FuzzNormalize(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, x string, pick uint8) {
 		n, err := uri.Normalize(x)
+		if full, ferr := uri.NormalizeFull(x); full != n || (ferr == nil) != (err == nil) {
+			t.Fatalf("Normalize(%q) = %q, %v; without its fast path %q, %v", x, n, err, full, ferr)
+		}
 		ref, refOK := refParse(x)
 		if err != nil {
 			if refOK {

@@ -101,6 +101,53 @@ func (e *Error) Unwrap() error { return ErrMalformed }
 // scheme, a "%" not followed by two hex digits, and any unencoded control character, space,
 // DEL or non-ASCII byte.
 func Normalize(raw string) (string, error) {
+	if alreadyNormal(raw) {
+		return raw, nil // the common case, without a copy: a discovery round normalizes every URI it lists
+	}
+	return normalize(raw)
+}
+
+// alreadyNormal reports whether raw is certainly its own normal form, by one pass that decides
+// only the simplest shape and leaves everything else to normalize: a lower-case scheme, "//",
+// a host of lower-case letters, digits, "-", ".", "_" and "~" (no userinfo, no port), and a
+// path of unreserved characters and "/" without a "." or ".." segment; no "%", no query, no
+// fragment.
+func alreadyNormal(raw string) bool {
+	i := 0
+	for ; i < len(raw) && raw[i] != ':'; i++ {
+		c := raw[i]
+		if !('a' <= c && c <= 'z' || i > 0 && (isDigit(c) || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	if i == 0 || !strings.HasPrefix(raw[i:], "://") {
+		return false
+	}
+	i += 3
+	for ; i < len(raw) && raw[i] != '/'; i++ {
+		if c := raw[i]; !('a' <= c && c <= 'z' || isDigit(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+			return false
+		}
+	}
+	// The path: each segment between "/"s (from the "/" after the host) must not be "." or "..".
+	seg := i + 1
+	for ; i <= len(raw); i++ {
+		if i == len(raw) || raw[i] == '/' {
+			if s := raw[min(seg, i):i]; s == "." || s == ".." {
+				return false
+			}
+			seg = i + 1
+			continue
+		}
+		if !isUnreserved(raw[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// normalize is Normalize without the fast path.
+func normalize(raw string) (string, error) {
 	if raw == "" {
 		return "", &Error{URI: raw, Kind: KindEmpty, Pos: -1}
 	}

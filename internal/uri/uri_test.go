@@ -2,6 +2,8 @@ package uri_test
 
 import (
 	"errors"
+	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -161,5 +163,38 @@ func TestEqual(t *testing.T) {
 		if got := uri.Equal(tt.b, tt.a); got != tt.want {
 			t.Errorf("Equal(%q, %q) = %v, want %v (symmetry)", tt.b, tt.a, got, tt.want)
 		}
+	}
+}
+
+// Normalize's fast path (a URI already in normal form is returned as it is) gives what the
+// full normalization gives, for URIs built from the characters where the two could differ:
+// cases, dots and dot segments, empty segments, percent signs, ports, userinfo, queries.
+func TestNormalizeFastPathAgreesWithFull(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 11))
+	parts := []string{"a", "Z", "0", "-", ".", "..", "/", "//", "_", "~", "%2e", "%41", ":", "@", "?", "#", "+", "!"}
+	schemes := []string{"demo", "Demo", "a+b", "x.y", "1x", "", "file"}
+	fast := 0
+	for range 200000 {
+		var b strings.Builder
+		b.WriteString(schemes[rng.IntN(len(schemes))])
+		b.WriteString([]string{"://", ":", ":/", "//"}[rng.IntN(4)])
+		for range rng.IntN(10) {
+			b.WriteString(parts[rng.IntN(len(parts))])
+		}
+		x := b.String()
+		got, err := uri.Normalize(x)
+		want, werr := uri.NormalizeFull(x)
+		if got != want || (err == nil) != (werr == nil) {
+			t.Fatalf("Normalize(%q) = %q, %v; full normalization %q, %v", x, got, err, want, werr)
+		}
+		if uri.AlreadyNormal(x) {
+			fast++
+			if werr != nil || want != x {
+				t.Fatalf("fast path taken for %q, whose normal form is %q, %v", x, want, werr)
+			}
+		}
+	}
+	if fast < 1000 {
+		t.Errorf("only %d of 200000 URIs took the fast path: the test exercises too little of it", fast)
 	}
 }
