@@ -30,3 +30,17 @@ func BodyBytes(tr mcp.Transport) int64 {
 func NewLineLimitReader(r io.Reader, limit int64) io.Reader {
 	return &lineLimitReader{r: r, limit: limit}
 }
+
+// SSEScanner is the event and line counting of the SSE bound (sseLimitReader.scan), for a
+// test to compare with a byte-at-a-time reference.
+type SSEScanner struct{ r sseLimitReader }
+
+// NewSSEScanner returns a scanner for events of at most limit bytes.
+func NewSSEScanner(limit int64) *SSEScanner { return &SSEScanner{r: sseLimitReader{limit: limit}} }
+
+// Scan counts b; over reports that the event went over the bound at offset i of b.
+func (s *SSEScanner) Scan(b []byte) (i int, over bool) { return s.r.scan(b) }
+
+// State returns the bytes of the current event, of the current line (CRs excluded), and
+// whether the line has a colon.
+func (s *SSEScanner) State() (n int64, lineLen int, colon bool) { return s.r.n, s.r.lineLen, s.r.colon }

@@ -277,27 +277,51 @@ func (r *sseLimitReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.body.Read(p)
 	r.count.add(n)
-	for i, b := range p[:n] {
-		r.n++
-		if r.n > r.limit {
-			r.cut()
-			return i + r.flushInto(p[i:]), nil
-		}
-		switch b {
-		case '\n':
-			if r.lineLen == 0 {
-				r.n = 0 // a blank line ends the event
-			}
-			r.lineLen, r.colon = 0, false
-		case '\r':
-		case ':':
-			r.lineLen++
-			r.colon = true
-		default:
-			r.lineLen++
-		}
+	if i, over := r.scan(p[:n]); over {
+		r.cut()
+		return i + r.flushInto(p[i:]), nil
 	}
 	return n, err
+}
+
+// scan counts b into the current event and line, a line at a time (the bytes up to each
+// newline at once, not byte by byte: every SSE stream of every session passes here). When
+// the event goes over the bound it returns the offset of the first byte over it, with the
+// line state as it was before that byte, and true.
+func (r *sseLimitReader) scan(b []byte) (int, bool) {
+	for off := 0; off < len(b); {
+		line := b[off:]
+		nl := bytes.IndexByte(line, '\n')
+		if nl >= 0 {
+			line = line[:nl]
+		}
+		if room := r.limit - r.n; int64(len(line)) > room {
+			r.countLine(line[:room])
+			return off + int(room), true
+		}
+		r.countLine(line)
+		if nl < 0 {
+			break
+		}
+		r.n++ // the newline
+		if r.n > r.limit {
+			return off + nl, true
+		}
+		if r.lineLen == 0 {
+			r.n = 0 // a blank line ends the event
+		}
+		r.lineLen, r.colon = 0, false
+		off += nl + 1
+	}
+	return len(b), false
+}
+
+// countLine counts bytes of the current line that hold no newline: CRs add to the event but
+// not to the line's length.
+func (r *sseLimitReader) countLine(b []byte) {
+	r.n += int64(len(b))
+	r.lineLen += len(b) - bytes.Count(b, []byte{'\r'})
+	r.colon = r.colon || bytes.IndexByte(b, ':') >= 0
 }
 
 // cut stops reading the body and queues what ends the partial event and the stream.
