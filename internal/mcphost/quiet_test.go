@@ -10,15 +10,21 @@ import (
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 
+// quietSession starts a host with one live session on a chaos server over HTTP, the source
+// named name.
+func quietSession(t *testing.T, name string) (*fixture, *chaosmcp.Server, *mcphost.Conn) {
+	f := newFixture(t)
+	srv, hs := f.chaosHTTP(chaosmcp.Options{})
+	src := f.addSource(ledger.SourceSpec{Name: name, Transport: ledger.TransportHTTP, URL: hs.URL})
+	h := f.startHost("host-"+name, mcphost.Options{}, newRecorder())
+	return f, srv, f.waitSession(h, src.ID, 0)
+}
+
 // R13, R27: a read waits until its URI has been quiet, so that every copy of a burst of
 // notifications reaches the host before the read is sent and is covered by it; a URI with no
 // recent notification is read at once.
 func TestAwaitQuietCoversABurst(t *testing.T) {
-	f := newFixture(t)
-	srv, hs := f.chaosHTTP(chaosmcp.Options{})
-	src := f.addSource(ledger.SourceSpec{Name: "quiet", Transport: ledger.TransportHTTP, URL: hs.URL})
-	h := f.startHost("host-quiet", mcphost.Options{}, newRecorder())
-	c := f.waitSession(h, src.ID, 0)
+	f, srv, c := quietSession(t, "quiet")
 	const u = "chaos://quiet/burst"
 
 	// No notification yet: no wait at all (the call returns before any burst could start).
@@ -66,11 +72,7 @@ func TestAwaitQuietCoversABurst(t *testing.T) {
 // burst does not let the read go out before the copies after the pause (each of which would
 // cost a follow-up read).
 func TestAwaitQuietWaitsOutAPauseInABurst(t *testing.T) {
-	f := newFixture(t)
-	srv, hs := f.chaosHTTP(chaosmcp.Options{})
-	src := f.addSource(ledger.SourceSpec{Name: "quiet-pause", Transport: ledger.TransportHTTP, URL: hs.URL})
-	h := f.startHost("host-quiet-pause", mcphost.Options{}, newRecorder())
-	c := f.waitSession(h, src.ID, 0)
+	f, srv, c := quietSession(t, "quiet-pause")
 	const lone, u = "chaos://quiet-pause/lone", "chaos://quiet-pause/burst"
 	seq := srv.Sessions()[0].Seq
 
