@@ -125,7 +125,7 @@ func alreadyNormal(raw string) bool {
 	}
 	i += 3
 	for ; i < len(raw) && raw[i] != '/'; i++ {
-		if c := raw[i]; !('a' <= c && c <= 'z' || isDigit(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+		if c := raw[i]; !isUnreserved(c) || toLower(c) != c {
 			return false
 		}
 	}
