@@ -198,12 +198,26 @@ func (r pulseRun) quiet() time.Duration {
 	return readQuiet
 }
 
+// pulseKey is serverURI's key in lastPulse: its normal form, or the string itself when it
+// cannot be normalized.
+func pulseKey(serverURI string) string {
+	if key, err := uri.Normalize(serverURI); err == nil {
+		return key
+	}
+	return serverURI
+}
+
+// pulseRunAt returns what is known of the latest notifications of the URI with key.
+func (c *Conn) pulseRunAt(key string) (pulseRun, bool) {
+	c.nmu.Lock()
+	defer c.nmu.Unlock()
+	r, ok := c.lastPulse[key]
+	return r, ok
+}
+
 // notePulse records that a notification for serverURI arrived at at. Called with c.nmu held.
 func (c *Conn) notePulse(serverURI string, at time.Time) {
-	key, err := uri.Normalize(serverURI)
-	if err != nil {
-		key = serverURI
-	}
+	key := pulseKey(serverURI)
 	if c.lastPulse == nil {
 		c.lastPulse = map[string]pulseRun{}
 	}
@@ -229,15 +243,10 @@ func (c *Conn) notePulse(serverURI string, at time.Time) {
 // or when ctx ends: the read sent next covers every copy of a burst of notifications (R13,
 // R27).
 func (c *Conn) AwaitQuiet(ctx context.Context, serverURI string) {
-	key, err := uri.Normalize(serverURI)
-	if err != nil {
-		key = serverURI
-	}
+	key := pulseKey(serverURI)
 	deadline := time.Now().Add(readQuietMax)
 	for {
-		c.nmu.Lock()
-		r, ok := c.lastPulse[key]
-		c.nmu.Unlock()
+		r, ok := c.pulseRunAt(key)
 		now, quiet := time.Now(), r.quiet()
 		if !ok || now.Sub(r.last) >= quiet || !now.Before(deadline) {
 			return

@@ -3,8 +3,6 @@ package mcphost
 import (
 	"slices"
 	"time"
-
-	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
 // Holders returns the IDs of the subscriptions holding the server-side subscription of
@@ -26,36 +24,20 @@ func (c *Conn) Holders(serverURI string) []int64 {
 
 // LastPulse returns when the latest notification for serverURI reached this session.
 func (c *Conn) LastPulse(serverURI string) (time.Time, bool) {
-	c.nmu.Lock()
-	defer c.nmu.Unlock()
-	key, err := uri.Normalize(serverURI)
-	if err != nil {
-		key = serverURI
-	}
-	r, ok := c.lastPulse[key]
+	r, ok := c.pulseRunAt(pulseKey(serverURI))
 	return r.last, ok
 }
 
 // PulsesInBurst returns how many notifications for serverURI arrived in its current burst.
 func (c *Conn) PulsesInBurst(serverURI string) int {
-	c.nmu.Lock()
-	defer c.nmu.Unlock()
-	key, err := uri.Normalize(serverURI)
-	if err != nil {
-		key = serverURI
-	}
-	return c.lastPulse[key].pulses
+	r, _ := c.pulseRunAt(pulseKey(serverURI))
+	return r.pulses
 }
 
 // QuietFor returns the quiet period a read of serverURI waits for now.
 func (c *Conn) QuietFor(serverURI string) time.Duration {
-	c.nmu.Lock()
-	defer c.nmu.Unlock()
-	key, err := uri.Normalize(serverURI)
-	if err != nil {
-		key = serverURI
-	}
-	return c.lastPulse[key].quiet()
+	r, _ := c.pulseRunAt(pulseKey(serverURI))
+	return r.quiet()
 }
 
 // ReadQuiet, BurstQuiet and ReadQuietMax are AwaitQuiet's quiet periods and cap.
