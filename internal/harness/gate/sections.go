@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
@@ -306,17 +308,11 @@ func (g *run) readsByReason(ctx context.Context, source string) (map[string]int6
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	out := map[string]int64{}
-	for rows.Next() {
-		var reason string
-		var n int64
-		if err := rows.Scan(&reason, &n); err != nil {
-			return nil, err
-		}
-		out[reason] = n
-	}
-	return out, rows.Err()
+	var reason string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&reason, &n}, func() error { out[reason] = n; return nil })
+	return out, err
 }
 
 // reasonsText renders the reads by reason and outcome dispatched between two counts
