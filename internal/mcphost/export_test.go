@@ -28,10 +28,16 @@ func (c *Conn) LastPulse(serverURI string) (time.Time, bool) {
 	return r.last, ok
 }
 
-// PulsesInBurst returns how many notifications for serverURI arrived in its current burst.
-func (c *Conn) PulsesInBurst(serverURI string) int {
-	r, _ := c.pulseRunAt(pulseKey(serverURI))
-	return r.pulses
+// NewPulseConn returns a connection with no session, for the read quieting alone (NotePulse,
+// QuietFor, AwaitQuiet).
+func NewPulseConn() *Conn { return &Conn{} }
+
+// NotePulse records a notification for serverURI as arrived at at, as the session's handler
+// does.
+func (c *Conn) NotePulse(serverURI string, at time.Time) {
+	c.nmu.Lock()
+	defer c.nmu.Unlock()
+	c.notePulse(serverURI, at)
 }
 
 // QuietFor returns the quiet period a read of serverURI waits for now.
