@@ -137,7 +137,7 @@ func startCluster(log *zap.Logger, dir string, port int) (*pgcluster.Cluster, er
 	if err := pgcluster.EnsureInstalled(ctx, log); err != nil {
 		return nil, err
 	}
-	c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: dir, Port: port, Logger: log, NoFsync: true})
+	c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: dir, Port: port, Logger: log, NoFsync: true, Settings: pgtest.ClusterSettings()})
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,16 @@ import (
 // to use instead of starting a private cluster.
 const EnvDatabaseURL = "MCPSYNC_TEST_DATABASE_URL"
 
+// ClusterSettings returns the server parameters of every test cluster: the private ones Main
+// starts and the shared one of `testpg` (make test). The packages' tests share that one server,
+// two test binaries at a time, and an embedded Temporal server on PostgreSQL alone keeps pools
+// per service and store; at PostgreSQL's default max_connections (100) a new connection could
+// be refused mid-test, and a Temporal server that cannot read its namespaces at start ends the
+// whole test binary.
+func ClusterSettings() map[string]string {
+	return map[string]string{"max_connections": "500"}
+}
+
 // dirPrefix names the temporary directories of private test clusters under /tmp.
 const dirPrefix = "mcpsync-pgtest-"
 
@@ -117,6 +127,7 @@ func startPrivate() (func(), error) {
 			SocketDir: filepath.Join(dir, "sock"),
 			Logger:    log,
 			NoFsync:   true,
+			Settings:  ClusterSettings(),
 		})
 		var inUse *pgcluster.PortInUseError
 		if err == nil || !errors.As(err, &inUse) || attempt == 2 {
