@@ -1,5 +1,7 @@
 package ledger
 
+import "context"
+
 // SetEnsureLookupHook sets a function EnsureSubscription runs between its upsert and its
 // look-up of an existing row; it returns a function that removes it.
 func SetEnsureLookupHook(f func()) func() {
@@ -30,4 +32,9 @@ func RevokeFollowUpStatements(principal string, revocationID int64, sources []in
 		"invalidateIndexes":          {invalidate, invalidateArgs},
 		"recordRevokedSubscriptions": {record, recordArgs},
 	}
+}
+
+// LockedRow runs stmt as the answers that take a subscription's row lock run theirs.
+func (s *Store) LockedRow(ctx context.Context, id int64, stmt string, args []any, dest ...any) error {
+	return s.lockedRow(ctx, id, stmt, args, dest...)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/mcpsync/mcpsync"
 )
 
@@ -125,15 +123,9 @@ func (s *Store) allocateOnce(ctx context.Context, req AllocateRequest) (Dispatch
 	var priorKind, priorState, refusedKind, refusedState *string
 	var priorOrdinal, issued *int64
 	var exists bool
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := lockSubscription(ctx, tx, req.SubscriptionID); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, allocateSQL,
-			req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.RequestID,
-			string(req.Reason), req.idemKey()).Scan(&priorKind, &priorOrdinal, &priorState, &issued,
-			&refusedKind, &refusedState, &exists, new(int64))
-	})
+	err := s.lockedRow(ctx, req.SubscriptionID, allocateSQL,
+		[]any{req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.RequestID, string(req.Reason), req.idemKey()},
+		&priorKind, &priorOrdinal, &priorState, &issued, &refusedKind, &refusedState, &exists, new(int64))
 	if err != nil {
 		return Dispatch{}, err
 	}
@@ -339,16 +331,12 @@ func (s *Store) acceptOnce(ctx context.Context, req AcceptRequest) (AcceptResult
 	var kind *string
 	var versionID *int64
 	var exists bool
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := lockSubscription(ctx, tx, req.SubscriptionID); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, acceptSQL,
-			req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
+	err := s.lockedRow(ctx, req.SubscriptionID, acceptSQL,
+		[]any{req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
 			req.RequestID, req.Version.Digest, SafeText(req.Version.MIMEType), req.Version.Size,
 			SafeText(req.Version.ServerName), SafeText(req.Version.ServerVersion), SafeText(req.Version.LastModified),
-			req.idemKey()).Scan(&kind, &versionID, &exists, new(int64))
-	})
+			req.idemKey()},
+		&kind, &versionID, &exists, new(int64))
 	if err != nil {
 		return AcceptResult{}, err
 	}
@@ -454,12 +442,7 @@ func (s *Store) keyedAnswer(ctx context.Context, subscriptionID int64, key, stmt
 	return retryOnConflict(func() (mcpsync.Outcome, error) {
 		var kind *string
 		var exists bool
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
-			if err := lockSubscription(ctx, tx, subscriptionID); err != nil {
-				return err
-			}
-			return tx.QueryRow(ctx, stmt, args...).Scan(&kind, &exists, new(int64))
-		})
+		err := s.lockedRow(ctx, subscriptionID, stmt, args, &kind, &exists, new(int64))
 		if err != nil {
 			return "", err
 		}
