@@ -82,7 +82,9 @@ const lockSubscriptionSQL = `SELECT 1 FROM subscriptions WHERE id = $1 FOR NO KE
 // is sent in one round trip (a batch: BEGIN, the lock, stmt, COMMIT) instead of four: the hot
 // answers (allocate, accept) spent most of their time in round trips. Each statement still
 // starts after the one before it has finished, so stmt's snapshot is taken once the lock is
-// granted. On any error the transaction is rolled back, or its connection discarded.
+// granted. On a server error the transaction is rolled back, or its connection discarded. A
+// scan error (dest not matching stmt's columns, a programming error) comes after the server
+// has run COMMIT, as the whole batch is sent at once.
 func (s *Store) lockedRow(ctx context.Context, id int64, stmt string, args []any, dest ...any) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
