@@ -36,7 +36,7 @@ func (req AllocateRequest) idemKey() string {
 // records one receipt with the refusal: OldGeneration, OldSession (R12), Refused (URI
 // mismatch, a generation or session never issued), NotActive (closing, R18), Revoked (the
 // grant was revoked) or NotActive (not yet active). The statement runs in a READ COMMITTED
-// transaction after the subscription's row lock (lockSubscription), so its label describes
+// transaction after the subscription's row lock (lockedRow), so its label describes
 // the row as it was decided on. The request ID is the idempotency key: replaying it returns
 // the first outcome (the ordinal first issued, or the first refusal) and writes nothing.
 func (s *Store) AllocateReadOrdinal(ctx context.Context, req AllocateRequest) (Dispatch, error) {
@@ -211,7 +211,7 @@ func (r AcceptRequest) idemKey() string {
 // $5 ordinal, $6 request ID) that the fence CTE named by the caller as "fence" did not let
 // through, and record its receipt under the key in prior, once. The label decides nothing:
 // the fence has already refused. It is read from the subscription row as the transaction
-// locked it (lockSubscription runs first, so an answer that waited behind the close fence sees
+// locked it (lockedRow takes it first, so an answer that waited behind the close fence sees
 // the fence) and from the grant as grantCTE locked it. It is, in this order: NOT_DISPATCHED
 // (no dispatch with that ordinal, request ID, generation, session generation and URI),
 // OLD_GENERATION, STALE_AFTER_CLOSE (R19: whenever the read was sent), REVOKED (the grant was
@@ -263,7 +263,7 @@ const refusalCTEs = `
 // Revalidated, without a new version or invalidation. Otherwise the same statement writes
 // exactly one receipt: StaleAfterClose (R19), Revoked, OldGeneration, OldSession (R12),
 // NotDispatched, Duplicate or Stale, labelled from the subscription row as the statement's
-// READ COMMITTED transaction locked it first (lockSubscription). The idempotency key is
+// READ COMMITTED transaction locked it first (lockedRow). The idempotency key is
 // (subscription, ordinal, request ID, digest): replaying it returns the first outcome and
 // writes nothing.
 func (s *Store) AcceptResourceVersion(ctx context.Context, req AcceptRequest) (AcceptResult, error) {
