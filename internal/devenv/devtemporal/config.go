@@ -131,8 +131,6 @@ func (s *Server) serverOptions(opts Options, mainCfg, visCfg *config.SQL) ([]tem
 		// forwarding between partitions costs CPU on every task.
 		dynamicconfig.MatchingNumTaskqueueReadPartitions.Key():  1,
 		dynamicconfig.MatchingNumTaskqueueWritePartitions.Key(): 1,
-		// Search attributes added at run time are visible at once.
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
 		// The Web UI lists and counts workflows often.
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
 		// Persistence operations in flight per history shard (the server's default is 1).
@@ -141,16 +139,25 @@ func (s *Server) serverOptions(opts Options, mainCfg, visCfg *config.SQL) ([]tem
 	for k, v := range opts.DynamicConfig {
 		dyn[dynamicconfig.MakeKey(k)] = v
 	}
-	return []temporal.ServerOption{
+	// Search attributes added at run time are visible at once, without reading them from the
+	// database on every use (searchAttributeRefresh), unless DynamicConfig sets the key.
+	var dc dynamicconfig.Client = dyn
+	var interceptors []temporal.ServerOption
+	if _, set := dyn[dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key()]; !set {
+		refresh := newSearchAttributeRefresh(dyn)
+		dc, s.saCache = refresh, refresh
+		interceptors = append(interceptors, temporal.WithChainedFrontendGrpcInterceptors(refresh.interceptor))
+	}
+	return append(interceptors,
 		temporal.WithConfig(cfg),
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithStaticHosts(hosts),
 		temporal.WithLogger(logger),
 		temporal.WithAuthorizer(authorizer),
 		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
-		temporal.WithDynamicConfigClient(dyn),
+		temporal.WithDynamicConfigClient(dc),
 		// One connection from the server to its own frontend, not one per search-attribute
 		// call (see sharedLocalClients).
 		temporal.WithClientFactoryProvider(sharedLocalClients{inner: client.NewFactoryProvider()}),
-	}, nil
+	), nil
 }

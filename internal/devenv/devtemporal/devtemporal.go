@@ -134,6 +134,7 @@ type Server struct {
 	temporal  temporal.Server
 	ui        *uiserver.Server
 	uiDone    chan error
+	saCache   *searchAttributeRefresh // nil when Options.DynamicConfig sets the forced refresh
 
 	stopOnce sync.Once
 	stopErr  error

@@ -2,8 +2,10 @@ package devtemporal
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
 )
 
 // ServerLockKey is the advisory lock a server holds on its main database.
@@ -16,3 +18,30 @@ func LockDatabase(ctx context.Context, dbURL string) (*pgx.Conn, error) {
 
 // UnlockDatabase releases the server lock as Stop does.
 func UnlockDatabase(conn *pgx.Conn) { unlockDatabase(conn) }
+
+// SearchAttributeRefresh is the embedded server's search attribute cache switch.
+type SearchAttributeRefresh = searchAttributeRefresh
+
+// SearchAttributeCacheTTL is how long after a change the refresh stays forced.
+const SearchAttributeCacheTTL = searchAttributeCacheTTL
+
+// NewSearchAttributeRefresh returns a switch over an empty static config.
+func NewSearchAttributeRefresh() *SearchAttributeRefresh { return newSearchAttributeRefresh(nil) }
+
+// Forced reports whether the refresh is forced now.
+func (c *searchAttributeRefresh) Forced() bool { return c.forced() }
+
+// Pass lets d go by for the switch (its clock moves d ahead).
+func (c *searchAttributeRefresh) Pass(d time.Duration) { c.start = c.start.Add(-d) }
+
+// Intercept runs the switch's frontend interceptor around a call of fullMethod.
+func (c *searchAttributeRefresh) Intercept(fullMethod string) {
+	_, _ = c.interceptor(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: fullMethod},
+		func(context.Context, any) (any, error) { return nil, nil })
+}
+
+// SearchAttributeCache is s's switch (nil when Options.DynamicConfig sets the key).
+func SearchAttributeCache(s *Server) *SearchAttributeRefresh { return s.saCache }
+
+// End closes the window now, as if the last change were more than SearchAttributeCacheTTL ago.
+func (c *searchAttributeRefresh) End() { c.until.Store(0) }
