@@ -160,6 +160,13 @@ func run(ctx context.Context, c config) error {
 	}()
 	devEnv, err := awaitEnv(dir+"/data/dev.env", dev, 5*time.Minute)
 	if err != nil {
+		// The data directory goes away without -keep: show why mcpsync-dev stopped.
+		if b, rerr := os.ReadFile(filepath.Join(dir, "dev.log")); rerr == nil {
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			for _, l := range lines[max(0, len(lines)-20):] {
+				fmt.Println("scale: dev.log:", l)
+			}
+		}
 		return err
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "dev.log")); err == nil {
