@@ -46,7 +46,7 @@ type searchAttributeRefresh struct {
 
 // newSearchAttributeRefresh wraps static, with the window closed.
 func newSearchAttributeRefresh(static dynamicconfig.StaticClient) *searchAttributeRefresh {
-	c := &searchAttributeRefresh{
+	return &searchAttributeRefresh{
 		static: static,
 		key:    dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(),
 		start:  time.Now(),
@@ -54,7 +54,6 @@ func newSearchAttributeRefresh(static dynamicconfig.StaticClient) *searchAttribu
 		on:  []dynamicconfig.ConstrainedValue{{Value: true}},
 		off: []dynamicconfig.ConstrainedValue{{Value: false}},
 	}
-	return c
 }
 
 // GetValue answers the forced-refresh setting from the window and every other key from the
@@ -96,9 +95,8 @@ func changesSearchAttributes(fullMethod string) bool {
 // interceptor is the frontend interceptor that opens the window when a call that changes the
 // search attributes returns.
 func (c *searchAttributeRefresh) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !changesSearchAttributes(info.FullMethod) {
-		return handler(ctx, req)
+	if changesSearchAttributes(info.FullMethod) {
+		defer c.extend()
 	}
-	defer c.extend()
 	return handler(ctx, req)
 }
