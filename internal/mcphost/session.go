@@ -48,7 +48,13 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 	listen := c.newListenSet(log)
 	listen.Install(client)
 	defer listen.Close()
-	cctx, cancel := context.WithTimeout(ctx, h.opts.ConnectTimeout)
+	// The handshake is not abandoned when ctx ends (the source is shed, or the host stops): a
+	// server that accepted initialize holds a session whose ID the client learns only from the
+	// reply, so an abandoned handshake would leave a session nobody can end, and the next
+	// holder's session would overlap it on the server (issue 12, defect 6). It runs to its
+	// end, bounded by ConnectTimeout, and a session that opens after ctx ended is closed before
+	// maintain releases the lease.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ConnectTimeout)
 	var built bool
 	cs, tr, err := Connect(cctx, client, src.Connection.Protocol, func() (mcp.Transport, error) {
 		tr, err := h.opts.Transport(ctx, src)
@@ -68,6 +74,10 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 			return "", &configError{ee}
 		}
 		return "", withAuthFailure(tr, fmt.Errorf("connect: %w", err))
+	}
+	if ctx.Err() != nil {
+		_ = cs.Close()
+		return "", context.Cause(ctx)
 	}
 	c.cs = cs
 	c.caps = receipt(cs)

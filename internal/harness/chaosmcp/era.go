@@ -38,6 +38,7 @@ const (
 	methodListen        = "subscriptions/listen"
 	notifyAcknowledged  = "notifications/subscriptions/acknowledged"
 	protocolHeader      = "Mcp-Protocol-Version"
+	sessionIDHeader     = "Mcp-Session-Id"
 	metaKeySubscription = mcp.MetaKeySubscriptionID
 )
 

@@ -66,3 +66,33 @@ func TestLiveSessionsPerListener(t *testing.T) {
 		t.Errorf("live per listener after closing idle sessions (-want +got):\n%s", diff)
 	}
 }
+
+// A session closed by its client (HTTP DELETE) stops counting as live when the DELETE is
+// answered, not later when its goroutines have wound down: a client that closes its session
+// and then connects again at once is never seen with two live sessions (the scale-out test's
+// hand-over between hosts).
+func TestSessionEndsWhenItsDeleteIsAnswered(t *testing.T) {
+	s := newServer(t, chaosmcp.Options{})
+	hs, err := s.StartHTTP("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hs.Close() })
+	client := mcp.NewClient(&mcp.Implementation{Name: "live-test", Version: "0"}, nil)
+	for i := range 100 {
+		cs, err := client.Connect(testCtx(t), &mcp.StreamableClientTransport{Endpoint: hs.URL, MaxRetries: 1},
+			&mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.Stats().LiveByListener[hs.ListenerID()]; n != 0 {
+			t.Fatalf("session %d: %d live right after its DELETE was answered, want 0", i+1, n)
+		}
+	}
+	if n := s.Stats().MaxLiveByListener[hs.ListenerID()]; n != 1 {
+		t.Errorf("most live at once: %d, want 1", n)
+	}
+}

@@ -134,6 +134,25 @@ func (s *Server) dropSession(ss *mcp.ServerSession) {
 	}
 }
 
+// dropSessionID forgets the closed session with the transport session ID id, if any.
+func (s *Server) dropSessionID(id string) {
+	if id == "" {
+		return
+	}
+	s.mu.Lock()
+	var ss *mcp.ServerSession
+	for k := range s.sessions {
+		if k.ID() == id {
+			ss = k
+			break
+		}
+	}
+	s.mu.Unlock()
+	if ss != nil {
+		s.dropSession(ss)
+	}
+}
+
 // receivingMiddleware is the fault layer for requests.
 func (s *Server) receivingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {

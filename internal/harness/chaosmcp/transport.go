@@ -68,6 +68,12 @@ func (s *Server) httpHandler(listener string) http.Handler {
 			r.Header.Set(listenerHeader, listener)
 		}
 		h.ServeHTTP(w, r)
+		if r.Method == http.MethodDelete {
+			// The go-sdk closed the session before it answered the DELETE: it is over now, not
+			// when the session's goroutines have wound down, so that a client that closes its
+			// session and then lets another connect is never counted twice (MaxLiveByListener).
+			s.dropSessionID(r.Header.Get(sessionIDHeader))
+		}
 	})
 }
 
