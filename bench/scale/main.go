@@ -91,9 +91,9 @@ type config struct {
 // first version in 2 minutes.
 const goalStartRate = 10000.0 / 120
 
-// stormReserve is the part of -budget kept for the phases after the bulk subscribe (the quiet
-// probe comes on top): the re-read storm and stopping the processes.
-const stormReserve = 100 * time.Second
+// The bulk subscribe (10,000 ACTIVE, and the RSS and cache at 10,000: the headline figures)
+// may use -budget up to the quiet probe and stopReserve; the re-read storm gets what is left,
+// and says how far it got when that is not enough.
 
 // phaseDeadline is when a phase that may take timeout must stop: timeout after began, or
 // earlier at the budget's end less reserve for the phases after it (at most 40 % of the budget
@@ -103,7 +103,7 @@ func (c config) phaseDeadline(began time.Time, reserve time.Duration) time.Time 
 	if c.deadline.IsZero() {
 		return d
 	}
-	r := min(reserve, c.deadline.Sub(began)*2/5)
+	r := max(0, min(reserve, c.deadline.Sub(began)*2/5)) // none once the budget is spent
 	if end := c.deadline.Add(-r); end.Before(d) {
 		d = end
 	}
@@ -255,7 +255,7 @@ func run(ctx context.Context, c config) error {
 	var peak rssSet
 	var nextPrint, nextScrape time.Duration
 	var lastActive int
-	phase1End := c.phaseDeadline(began, stormReserve+probe)
+	phase1End := c.phaseDeadline(began, stopReserve+probe)
 	tActive, done, err := poll(ctx, phase1End, func(el time.Duration) (bool, error) {
 		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))
 		if el >= nextScrape {
@@ -340,7 +340,10 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	var lastReread int
-	phase2End := c.phaseDeadline(killed, stopReserve)
+	phase2End := killed.Add(timeout)
+	if !c.deadline.IsZero() && c.deadline.Add(-stopReserve).Before(phase2End) {
+		phase2End = c.deadline.Add(-stopReserve) // the stop keeps its whole reserve
+	}
 	tReread, done, err := poll(ctx, phase2End, func(el time.Duration) (bool, error) {
 		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))
 		if el >= nextScrape {
