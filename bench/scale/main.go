@@ -91,10 +91,6 @@ type config struct {
 // first version in 2 minutes.
 const goalStartRate = 10000.0 / 120
 
-// The bulk subscribe (10,000 ACTIVE, and the RSS and cache at 10,000: the headline figures)
-// may use -budget up to the quiet probe and stopReserve; the re-read storm gets what is left,
-// and says how far it got when that is not enough.
-
 // phaseDeadline is when a phase that may take timeout must stop: timeout after began, or
 // earlier at the budget's end less reserve for the phases after it (at most 40 % of the budget
 // still left, so that a small budget still gives this phase most of it).
@@ -255,6 +251,9 @@ func run(ctx context.Context, c config) error {
 	var peak rssSet
 	var nextPrint, nextScrape time.Duration
 	var lastActive int
+	// The bulk subscribe (10,000 ACTIVE, and the RSS and cache at 10,000: the headline
+	// figures) may use -budget up to the quiet probe and stopReserve; the re-read storm gets
+	// what is left, and says how far it got when that is not enough.
 	phase1End := c.phaseDeadline(began, stopReserve+probe)
 	tActive, done, err := poll(ctx, phase1End, func(el time.Duration) (bool, error) {
 		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))

@@ -21,9 +21,10 @@ import (
 // heldInitialize serves next but holds each initialize reply, already handled by the server,
 // until release is closed: a server that accepted the session and has not answered yet.
 type heldInitialize struct {
-	next     http.Handler
-	accepted chan struct{} // closed when the first initialize was handled
-	release  chan struct{}
+	next      http.Handler
+	accepted  chan struct{} // closed when the first initialize was handled
+	abandoned chan struct{} // closed when the client gave up on a held reply
+	release   chan struct{}
 }
 
 func (h *heldInitialize) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -39,12 +40,13 @@ func (h *heldInitialize) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := httptest.NewRecorder()
 	h.next.ServeHTTP(rec, r)
+	closeChan(h.accepted)
 	select {
-	case <-h.accepted:
-	default:
-		close(h.accepted)
+	case <-h.release:
+	case <-r.Context().Done():
+		closeChan(h.abandoned)
+		<-h.release
 	}
-	<-h.release
 	for k, v := range rec.Header() {
 		w.Header()[k] = v
 	}
@@ -63,17 +65,11 @@ func TestStopDuringHandshakeClosesTheSessionBeforeRelease(t *testing.T) {
 	f := newFixture(t)
 	srv := chaosmcp.New(chaosmcp.Options{Name: "held-initialize"})
 	t.Cleanup(func() { srv.Close() })
-	held := &heldInitialize{next: srv.HTTPHandler(), accepted: make(chan struct{}), release: make(chan struct{})}
+	held := &heldInitialize{next: srv.HTTPHandler(), accepted: make(chan struct{}),
+		abandoned: make(chan struct{}), release: make(chan struct{})}
 	hs := httptest.NewServer(held)
 	t.Cleanup(hs.Close)
-	releaseOnce := func() {
-		select {
-		case <-held.release:
-		default:
-			close(held.release)
-		}
-	}
-	t.Cleanup(releaseOnce)
+	t.Cleanup(func() { closeChan(held.release) })
 	src := f.addSource(ledger.SourceSpec{Name: "held", Transport: ledger.TransportHTTP, URL: hs.URL})
 
 	h := mcphost.New(mcphost.Options{
@@ -95,9 +91,13 @@ func TestStopDuringHandshakeClosesTheSessionBeforeRelease(t *testing.T) {
 		t.Fatalf("server sessions after initialize was handled: %d, want 1", n)
 	}
 	cancel() // the host stops while its handshake waits for the reply
-	// Long enough for a host that abandons the handshake to have released the lease.
-	time.Sleep(500 * time.Millisecond)
-	releaseOnce()
+	// A host that abandons the handshake cancels the request at once; one that does not never
+	// does, so its reply is released after a bound.
+	select {
+	case <-held.abandoned:
+	case <-time.After(500 * time.Millisecond):
+	}
+	closeChan(held.release)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -115,5 +115,14 @@ func TestStopDuringHandshakeClosesTheSessionBeforeRelease(t *testing.T) {
 	}
 	if cur.HostQueue != "" {
 		t.Errorf("lease holder after stop: %q, want released", cur.HostQueue)
+	}
+}
+
+// closeChan closes ch unless it is closed already (one goroutine at a time).
+func closeChan(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
 	}
 }

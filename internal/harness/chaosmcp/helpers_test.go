@@ -203,3 +203,28 @@ func seed(s *chaosmcp.Server, n int) []string {
 	s.PutMany(rs...)
 	return uris
 }
+
+// startHTTP starts s on a free loopback port, stopped when the test ends.
+func startHTTP(t *testing.T, s *chaosmcp.Server) *chaosmcp.HTTPServer {
+	t.Helper()
+	hs, err := s.StartHTTP("")
+	if err != nil {
+		t.Fatalf("StartHTTP: %v", err)
+	}
+	t.Cleanup(func() { _ = hs.Close() })
+	return hs
+}
+
+// dialHTTP connects a client to hs (pinging every keepAlive when positive), closed when the
+// test ends.
+func dialHTTP(t *testing.T, hs *chaosmcp.HTTPServer, keepAlive time.Duration) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "live-test", Version: "0"}, &mcp.ClientOptions{KeepAlive: keepAlive})
+	cs, err := client.Connect(testCtx(t), &mcp.StreamableClientTransport{Endpoint: hs.URL, MaxRetries: 1},
+		&mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 )
@@ -15,36 +14,18 @@ import (
 // arrives for the idle time is ended by CloseIdleSessions, one that pings is kept.
 func TestLiveSessionsPerListener(t *testing.T) {
 	s := newServer(t, chaosmcp.Options{})
-	a, err := s.StartHTTP("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	b, err := s.StartHTTP("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	dial := func(hs *chaosmcp.HTTPServer, keepAlive time.Duration) *mcp.ClientSession {
-		client := mcp.NewClient(&mcp.Implementation{Name: "live-test", Version: "0"}, &mcp.ClientOptions{KeepAlive: keepAlive})
-		cs, err := client.Connect(testCtx(t), &mcp.StreamableClientTransport{Endpoint: hs.URL, MaxRetries: 1},
-			&mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cs.Close() })
-		return cs
-	}
-	quiet := dial(a, 0)
-	dial(a, 50*time.Millisecond) // pings
-	first := dial(b, 0)
+	a := startHTTP(t, s)
+	b := startHTTP(t, s)
+	quiet := dialHTTP(t, a, 0)
+	dialHTTP(t, a, 50*time.Millisecond) // pings
+	first := dialHTTP(t, b, 0)
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Await(testCtx(t), func(st chaosmcp.Stats) bool { return st.LiveByListener[b.ListenerID()] == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	dial(b, 0)
+	dialHTTP(t, b, 0)
 	st := s.Stats()
 	want := map[string]int{a.ListenerID(): 2, b.ListenerID(): 1}
 	if diff := cmp.Diff(want, st.LiveByListener); diff != "" {
@@ -73,19 +54,9 @@ func TestLiveSessionsPerListener(t *testing.T) {
 // hand-over between hosts).
 func TestSessionEndsWhenItsDeleteIsAnswered(t *testing.T) {
 	s := newServer(t, chaosmcp.Options{})
-	hs, err := s.StartHTTP("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hs.Close() })
-	client := mcp.NewClient(&mcp.Implementation{Name: "live-test", Version: "0"}, nil)
+	hs := startHTTP(t, s)
 	for i := range 100 {
-		cs, err := client.Connect(testCtx(t), &mcp.StreamableClientTransport{Endpoint: hs.URL, MaxRetries: 1},
-			&mcp.ClientSessionOptions{ProtocolVersion: chaosmcp.ProtocolVersion})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cs.Close(); err != nil {
+		if err := dialHTTP(t, hs, 0).Close(); err != nil {
 			t.Fatal(err)
 		}
 		if n := s.Stats().LiveByListener[hs.ListenerID()]; n != 0 {

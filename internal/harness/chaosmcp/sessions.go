@@ -127,11 +127,7 @@ func (s *Server) closeSessions(match func(*session) bool) {
 func (s *Server) dropSession(ss *mcp.ServerSession) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sess, ok := s.sessions[ss]; ok {
-		closeOnce(sess.closing)
-		delete(s.sessions, ss)
-		s.changedLocked()
-	}
+	s.dropSessionLocked(ss)
 }
 
 // dropSessionID forgets the closed session with the transport session ID id, if any.
@@ -140,16 +136,20 @@ func (s *Server) dropSessionID(id string) {
 		return
 	}
 	s.mu.Lock()
-	var ss *mcp.ServerSession
-	for k := range s.sessions {
-		if k.ID() == id {
-			ss = k
-			break
+	defer s.mu.Unlock()
+	for ss := range s.sessions {
+		if ss.ID() == id {
+			s.dropSessionLocked(ss)
+			return
 		}
 	}
-	s.mu.Unlock()
-	if ss != nil {
-		s.dropSession(ss)
+}
+
+func (s *Server) dropSessionLocked(ss *mcp.ServerSession) {
+	if sess, ok := s.sessions[ss]; ok {
+		closeOnce(sess.closing)
+		delete(s.sessions, ss)
+		s.changedLocked()
 	}
 }
 

@@ -105,11 +105,7 @@ func TestStreamableHTTP(t *testing.T) {
 	s := newServer(t, chaosmcp.Options{PageSize: 1})
 	s.Set("demo://a", "a1", "text/plain")
 	s.Set("demo://b", "b1", "text/plain")
-	hs, err := s.StartHTTP("")
-	if err != nil {
-		t.Fatalf("StartHTTP: %v", err)
-	}
-	t.Cleanup(func() { _ = hs.Close() })
+	hs := startHTTP(t, s)
 
 	dial := func() (*mcp.ClientSession, *events) {
 		e, opts := newEvents()
@@ -147,7 +143,7 @@ func TestStreamableHTTP(t *testing.T) {
 	if epoch := s.Restart(); epoch != 1 {
 		t.Errorf("Restart() = %d, want 1", epoch)
 	}
-	_, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "demo://a"})
+	_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "demo://a"})
 	if !errors.Is(err, mcp.ErrSessionMissing) && !errors.Is(err, mcp.ErrConnectionClosed) {
 		t.Errorf("read on the old session after restart: %v, want ErrSessionMissing or ErrConnectionClosed", err)
 	}
