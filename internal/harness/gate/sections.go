@@ -20,8 +20,13 @@ import (
 )
 
 func init() {
-	sections = append(sections,
-		section{"shuffles", shuffles},
+	// The shuffles run first, on a deployment that is still idle: the sources, sessions and
+	// subscriptions the other sections leave behind keep the worker and Postgres busy, and
+	// behind them the shuffles ran at 4,500 interleavings a minute against 7,800 on an idle
+	// deployment (2 cores). They use a database of their own, so nothing else depends on when
+	// they run. This file's init runs after discovery.go's, gateway.go's and revocation.go's
+	// (files initialise in name order), hence the prepend.
+	sections = append(append([]section{{"shuffles", shuffles}}, sections...),
 		section{"storm", storm},
 		section{"converge", converge},
 	)

@@ -3,6 +3,8 @@ package gate_test
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/mcpsync/mcpsync/internal/harness/gate"
 )
 
@@ -23,5 +25,15 @@ func TestReasonsText(t *testing.T) {
 				t.Errorf("ReasonsText = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// The shuffles run before every section that leaves sources and subscriptions behind, so
+// they measure the ledger on an idle deployment.
+func TestShufflesRunFirst(t *testing.T) {
+	got := gate.Sections()
+	want := []string{"shuffles", "discovery", "gateway", "revocation", "storm", "converge"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("section order (-want +got):\n%s", diff)
 	}
 }
