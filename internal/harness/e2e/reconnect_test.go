@@ -240,8 +240,13 @@ func TestReconnectAcceptsChangeMadeWhileDisconnected(t *testing.T) {
 					break
 				}
 			}
-			if accepted == nil || accepted.Reason != string(mcpsync.ReasonSessionChange) {
-				t.Errorf("first accepted read on the new generation: %+v (all %+v), want reason session_change", accepted, ds)
+			// The re-read the reconnect causes: session_change, or reconcile when the first
+			// establish attempt on the new session failed and was retried (seen under CI load);
+			// never a notification or a backstop poll.
+			if accepted == nil || accepted.Reason != string(mcpsync.ReasonSessionChange) && accepted.Reason != string(mcpsync.ReasonReconcile) {
+				t.Errorf("first accepted read on the new generation: %+v (all %+v), want reason session_change or reconcile", accepted, ds)
+			} else if accepted.Reason == string(mcpsync.ReasonReconcile) {
+				t.Logf("the first establish on generation %d was retried: accepted by a reconcile read", cur.Generation())
 			}
 			// The ledger passed RECONCILIATION_REQUIRED → SUBSCRIBING → ACTIVE on the new session.
 			rs, err := s.st.Receipts(s.ctx, after.ID)
