@@ -34,7 +34,13 @@ import (
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if binDir != "" {
+		os.RemoveAll(binDir) // the commands binary built
+	}
+	os.Exit(code)
+}
 
 // stack is one isolated mcpsync deployment for a test.
 type stack struct {

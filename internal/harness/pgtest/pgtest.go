@@ -79,10 +79,12 @@ func server() (string, error) {
 // cluster receives SIGINT from the kernel and shuts down; the next Main removes the temporary
 // directories left by test binaries that are gone.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-func run(m *testing.M) int {
+// Run is Main without the exit: it returns m.Run's code, for a TestMain that has its own
+// clean-up to do after the tests and the private cluster are done.
+func Run(m *testing.M) int {
 	mainRan = true
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		adminURL = u
