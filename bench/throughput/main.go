@@ -313,6 +313,10 @@ func run(ctx context.Context, c config) error {
 	benchline.Print(out, fig("e2e-reads-per-notification", float64(reads)/float64(max(notes, 1)), ""))
 	fmt.Printf("throughput: history counted on %d mcpsync workflows (%d accepted updates) and %d floor workflows (%d updates)\n",
 		min(c.sample, n), e2eUpdates, min(c.sample, n), flUpdates)
+	fmt.Printf("throughput: mcpsync history events per accepted update, by type: %s\n", e2eH.PerUpdate(e2eUpdates))
+	if !c.noFloor {
+		fmt.Printf("throughput: floor history events per update, by type: %s\n", flH.PerUpdate(flUpdates))
+	}
 
 	// The in-memory variant's cost, estimated from this run: a stack, the same subscribe and
 	// one measurement with its drain. The saturation search leaves it that much time.

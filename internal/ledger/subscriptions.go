@@ -134,6 +134,10 @@ type SubscriptionFilter struct {
 	URI       string // normalized
 	Principal string
 	States    []mcpsync.State
+	// URIs, when not nil, keeps only subscriptions to one of these normalized URIs (an empty,
+	// non-nil slice matches nothing): a bulk subscribe follows the few it is waiting for
+	// without reading every subscription of the source each time (issue 16 item 4).
+	URIs []string
 }
 
 // ListSubscriptions returns the subscriptions matching f, ordered by source, URI, principal.
@@ -152,6 +156,9 @@ func (s *Store) ListSubscriptions(ctx context.Context, f SubscriptionFilter) ([]
 	}
 	if f.Principal != "" {
 		add("s.principal = $%d", f.Principal)
+	}
+	if f.URIs != nil {
+		add("s.uri = ANY($%d)", f.URIs)
 	}
 	if len(f.States) > 0 {
 		states := make([]string, len(f.States))

@@ -45,3 +45,11 @@ func SearchAttributeCache(s *Server) *SearchAttributeRefresh { return s.saCache 
 
 // End closes the window now, as if the last change were more than SearchAttributeCacheTTL ago.
 func (c *searchAttributeRefresh) End() { c.until.Store(0) }
+
+// NullableSlotIndexes lists the visibility indexes leanVisibilityIndexes would make partial.
+const NullableSlotIndexes = nullableSlotIndexes
+
+// LeanVisibilityIndexes runs the visibility index tuning on dbURL as Start does.
+func LeanVisibilityIndexes(ctx context.Context, dbURL string) (int, error) {
+	return leanVisibilityIndexes(ctx, dbURL)
+}

@@ -33,6 +33,7 @@ import (
 	dbschema "go.temporal.io/server/schema"
 	pgschema "go.temporal.io/server/schema/postgresql/v12"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
+	"go.uber.org/zap"
 
 	"github.com/mcpsync/mcpsync/internal/redact"
 )
@@ -171,7 +172,8 @@ func (t *pgTarget) describe() string {
 // preparePostgres creates both databases when missing, takes the server lock (an advisory
 // lock held on its own connection until Stop), brings both schemas to the versions this
 // server ships (schema_version tells what is applied, so a restart applies nothing) and creates
-// the namespace when it is missing.
+// the namespace when it is missing. The visibility table's slot indexes are made partial
+// (leanVisibilityIndexes).
 func (s *Server) preparePostgres(ctx context.Context, opts Options) (main, vis *config.SQL, err error) {
 	t, err := opts.Postgres.resolve()
 	if err != nil {
@@ -198,6 +200,13 @@ func (s *Server) preparePostgres(ctx context.Context, opts Options) (main, vis *
 		if err := migrate(st.cfg, st.dir, st.want, logger); err != nil {
 			return nil, nil, fmt.Errorf("schema of database %s: %w", st.cfg.DatabaseName, err)
 		}
+	}
+	n, err := leanVisibilityIndexes(ctx, t.dbURL(t.visibility.DatabaseName))
+	if err != nil {
+		return nil, nil, fmt.Errorf("database %s: %w", t.visibility.DatabaseName, err)
+	}
+	if n > 0 {
+		s.log.Info("visibility indexes made partial (rows whose search-attribute slot is empty are left out)", zap.Int("indexes", n))
 	}
 	ns, err := sqliteschema.NewNamespaceConfig(clusterName, opts.Namespace, false, opts.SearchAttributes)
 	if err != nil {

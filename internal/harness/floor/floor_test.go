@@ -86,6 +86,15 @@ func TestRunEverySignalRunsItsLocalActivity(t *testing.T) {
 				t.Errorf("history in the window: %+v for %d accepted signals; want >= %d events, > 0 workflow tasks, >= %d runs",
 					total, res.Accepted, 2*res.Accepted, tt.wantRunsMin)
 			}
+			// The events by type add up to the events, and the floor's signals and markers are
+			// among them.
+			byType := 0
+			for _, k := range total.ByType {
+				byType += k
+			}
+			if byType != total.Events || total.ByType["WorkflowExecutionSignaled"] < res.Accepted || total.ByType["MarkerRecorded"] < res.Accepted {
+				t.Errorf("events by type %v (sum %d) for %d events and %d accepted signals", total.ByType, byType, total.Events, res.Accepted)
+			}
 		})
 	}
 }

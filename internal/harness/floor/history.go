@@ -1,8 +1,11 @@
 package floor
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -18,11 +21,37 @@ type History struct {
 	WorkflowTasks int
 	// Runs is the number of runs whose history was read (more than 1 after continue-as-new).
 	Runs int
+	// ByType counts Events by event type (EVENT_TYPE_ prefix left out), so that a bench can
+	// say which events an update costs.
+	ByType map[string]int
 }
 
 // Add returns the sum of h and o.
 func (h History) Add(o History) History {
-	return History{Events: h.Events + o.Events, WorkflowTasks: h.WorkflowTasks + o.WorkflowTasks, Runs: h.Runs + o.Runs}
+	by := make(map[string]int, len(h.ByType)+len(o.ByType))
+	for t, n := range h.ByType {
+		by[t] += n
+	}
+	for t, n := range o.ByType {
+		by[t] += n
+	}
+	return History{Events: h.Events + o.Events, WorkflowTasks: h.WorkflowTasks + o.WorkflowTasks, Runs: h.Runs + o.Runs, ByType: by}
+}
+
+// PerUpdate formats ByType divided by updates, largest first, as "TYPE 1.02, TYPE 0.50, …".
+func (h History) PerUpdate(updates int) string {
+	types := make([]string, 0, len(h.ByType))
+	for t := range h.ByType {
+		types = append(types, t)
+	}
+	slices.SortFunc(types, func(a, b string) int {
+		return cmp.Or(cmp.Compare(h.ByType[b], h.ByType[a]), cmp.Compare(a, b))
+	})
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = fmt.Sprintf("%s %.2f", t, float64(h.ByType[t])/float64(max(updates, 1)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // CountHistory counts the history events and workflow tasks of workflowID whose event time is
@@ -30,7 +59,7 @@ func (h History) Add(o History) History {
 // before from. It reads histories with GetWorkflowHistory, so it works for any workflow on any
 // server the client reaches.
 func CountHistory(ctx context.Context, c client.Client, workflowID string, from, to time.Time) (History, error) {
-	var h History
+	h := History{ByType: map[string]int{}}
 	runID := ""
 	for {
 		it := c.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -54,6 +83,7 @@ func CountHistory(ctx context.Context, c client.Client, workflowID string, from,
 				continue
 			}
 			h.Events++
+			h.ByType[strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_")]++
 			if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
 				h.WorkflowTasks++
 			}
