@@ -56,6 +56,19 @@ func start(t *testing.T, opts devtemporal.Options) *devtemporal.Server {
 	return s
 }
 
+// startGreeter starts a worker on taskQueue with Greet and Hello registered; the caller
+// stops it.
+func startGreeter(t *testing.T, c client.Client) worker.Worker {
+	t.Helper()
+	w := worker.New(c, taskQueue, worker.Options{})
+	w.RegisterWorkflow(Greet)
+	w.RegisterActivity(Hello)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 func dial(t *testing.T, s *devtemporal.Server) client.Client {
 	t.Helper()
 	c, err := client.DialContext(ctxFor(t), client.Options{
@@ -137,12 +150,7 @@ func TestServerLifecycle(t *testing.T) {
 	})
 
 	t.Run("workflow runs to completion", func(t *testing.T) {
-		w := worker.New(c, taskQueue, worker.Options{})
-		w.RegisterWorkflow(Greet)
-		w.RegisterActivity(Hello)
-		if err := w.Start(); err != nil {
-			t.Fatal(err)
-		}
+		w := startGreeter(t, c)
 		defer w.Stop()
 		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID:        "greet-1",

@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
@@ -116,12 +115,7 @@ func TestPostgresPersistenceSurvivesRestart(t *testing.T) {
 	c := dial(t, s)
 	ctx := ctxFor(t)
 
-	w := worker.New(c, taskQueue, worker.Options{})
-	w.RegisterWorkflow(Greet)
-	w.RegisterActivity(Hello)
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
+	w := startGreeter(t, c)
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:        "greet-pg",
 		TaskQueue: taskQueue,

@@ -12,7 +12,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -139,12 +138,7 @@ func TestHistoryShardsKeptFromExistingPersistence(t *testing.T) {
 			if tt.createdWith != 0 {
 				old := start(t, opts(tt.createdWith, nil))
 				c := dial(t, old)
-				w := worker.New(c, taskQueue, worker.Options{})
-				w.RegisterWorkflow(Greet)
-				w.RegisterActivity(Hello)
-				if err := w.Start(); err != nil {
-					t.Fatal(err)
-				}
+				w := startGreeter(t, c)
 				run, err := c.ExecuteWorkflow(ctxFor(t), client.StartWorkflowOptions{ID: "before-restart", TaskQueue: taskQueue}, Greet, "shard")
 				if err != nil {
 					t.Fatal(err)
@@ -179,12 +173,7 @@ func TestHistoryShardsKeptFromExistingPersistence(t *testing.T) {
 
 			// Every workflow is found on its shard, and new ones run.
 			c := dial(t, s)
-			w := worker.New(c, taskQueue, worker.Options{})
-			w.RegisterWorkflow(Greet)
-			w.RegisterActivity(Hello)
-			if err := w.Start(); err != nil {
-				t.Fatal(err)
-			}
+			w := startGreeter(t, c)
 			defer w.Stop()
 			ctx := ctxFor(t)
 			if tt.createdWith != 0 {

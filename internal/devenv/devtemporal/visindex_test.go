@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
@@ -68,12 +67,7 @@ func TestVisibilityIndexesSkipEmptySlots(t *testing.T) {
 	}
 
 	// A query on a slot finds its row, and the slot's partial index can answer it.
-	w := worker.New(c, taskQueue, worker.Options{})
-	w.RegisterWorkflow(Greet)
-	w.RegisterActivity(Hello)
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
+	w := startGreeter(t, c)
 	defer w.Stop()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: "greet-slots", TaskQueue: taskQueue,
