@@ -45,6 +45,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
@@ -124,7 +125,14 @@ func run(ctx context.Context, c config) error {
 	if keep {
 		fmt.Println("scale: data and logs in", dir)
 	} else {
-		defer os.RemoveAll(dir)
+		defer func() {
+			// mcpsync-dev has stopped by now (stopProcs, deferred later); run as root, its
+			// PostgreSQL data lives outside dir (pgcluster.Relocated).
+			if err := pgcluster.RemoveRelocated(filepath.Join(dir, "data", "pg")); err != nil {
+				fmt.Fprintln(os.Stderr, "scale:", err)
+			}
+			os.RemoveAll(dir)
+		}()
 	}
 	self := strconv.Itoa(os.Getpid())
 

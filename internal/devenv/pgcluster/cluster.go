@@ -174,7 +174,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		done:     make(chan struct{}),
 		out:      newLineLog(log.Named("postgres"), 40),
 	}
-	privDir := filepath.Join(tmpBase, "mcpsync-pg-"+shortHash(requested))
+	privDir := relocatedDir(tmpBase, requested)
 	if runAs != nil {
 		if ok, blocker := traversable(filepath.Dir(requested), runAs); !ok {
 			c.dataDir = filepath.Join(privDir, "data")
@@ -328,6 +328,31 @@ func (c *Cluster) RemoveData() error {
 		return fmt.Errorf("pgcluster: remove data: %w", err)
 	}
 	return nil
+}
+
+// RemoveRelocated deletes the private directory under /tmp where Start, run as root, keeps the
+// data of a cluster whose requested dataDir the postgres user cannot reach (Relocated). A
+// process that ran a cluster on a directory it is about to delete (a temporary `mcpsync-dev`
+// data directory) calls it once that cluster has stopped, or the relocated data outlives the
+// directory. Not running as root, or with nothing there, it does nothing.
+func RemoveRelocated(dataDir string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return fmt.Errorf("pgcluster: data directory %q: %w", dataDir, err)
+	}
+	if err := os.RemoveAll(relocatedDir("/tmp", abs)); err != nil {
+		return fmt.Errorf("pgcluster: remove relocated data of %s: %w", abs, err)
+	}
+	return nil
+}
+
+// relocatedDir is the private directory under tmpBase for the requested (absolute) data
+// directory: the relocated data's home, and the socket directory otherwise.
+func relocatedDir(tmpBase, requested string) string {
+	return filepath.Join(tmpBase, "mcpsync-pg-"+shortHash(requested))
 }
 
 // removeSocketFiles deletes the socket and its lock file once the server is gone (a killed

@@ -284,3 +284,39 @@ func TestStartIgnoresPIDFileOfUnrelatedProcess(t *testing.T) {
 		t.Errorf("restarted cluster does not answer")
 	}
 }
+
+// RemoveRelocated deletes the data that Start kept outside the requested directory (as root,
+// when the postgres user cannot reach it), once the cluster stopped; data that lives in the
+// requested directory itself is not touched.
+func TestRemoveRelocated(t *testing.T) {
+	root := os.Geteuid() == 0
+	tests := []struct {
+		name     string
+		dir      func(t *testing.T) string
+		wantGone bool
+	}{
+		{name: "traversable parent", dir: func(t *testing.T) string { return filepath.Join(worldTraversableDir(t), "pg") }},
+		{name: "private parent", dir: func(t *testing.T) string { return filepath.Join(t.TempDir(), "pg") }, wantGone: root},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := tt.dir(t)
+			c := start(t, pgcluster.Options{DataDir: dir, Logger: testLogger(t)})
+			if err := c.Stop(testContext(t)); err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			if err := pgcluster.RemoveRelocated(dir); err != nil {
+				t.Fatal(err)
+			}
+			_, err := os.Stat(filepath.Join(c.DataDir(), "PG_VERSION"))
+			if gone := errors.Is(err, os.ErrNotExist); gone != tt.wantGone {
+				t.Errorf("data in %s (requested %s) gone after RemoveRelocated: %v (stat: %v), want %v", c.DataDir(), dir, gone, err, tt.wantGone)
+			}
+			if tt.wantGone {
+				if _, err := os.Stat(filepath.Dir(c.DataDir())); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("private directory %s left: %v", filepath.Dir(c.DataDir()), err)
+				}
+			}
+		})
+	}
+}
