@@ -57,6 +57,17 @@ func freshPostgres(t *testing.T) *devtemporal.Postgres {
 	return p
 }
 
+// databaseURL is the server URL admin with its database replaced by db.
+func databaseURL(t *testing.T, admin, db string) string {
+	t.Helper()
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path, u.RawPath = "/"+db, ""
+	return u.String()
+}
+
 // Releasing the server lock (what Stop does) frees it before it returns, so a server started on
 // the same database right after finds it free. Closing the lock's connection alone returned
 // before the server's backend had dropped the lock; a restart under load then failed with
@@ -73,12 +84,7 @@ func TestServerLockFreeWhenReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path, u.RawPath = "/"+pg.Database, ""
-	dbURL := u.String()
+	dbURL := databaseURL(t, pg.URL, pg.Database)
 	probe, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

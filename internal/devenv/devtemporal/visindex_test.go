@@ -1,7 +1,6 @@
 package devtemporal_test
 
 import (
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -27,12 +26,8 @@ func TestVisibilityIndexesSkipEmptySlots(t *testing.T) {
 	c := dial(t, s)
 	ctx := ctxFor(t)
 
-	u, err := url.Parse(pgtest.AdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + pg.VisibilityDatabase
-	vis, err := pgx.Connect(ctx, u.String())
+	visURL := databaseURL(t, pgtest.AdminURL(), pg.VisibilityDatabase)
+	vis, err := pgx.Connect(ctx, visURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +99,7 @@ func TestVisibilityIndexesSkipEmptySlots(t *testing.T) {
 		t.Errorf("a query on keyword01 does not use its partial index:\n%s", plan.String())
 	}
 
-	if n, err := devtemporal.LeanVisibilityIndexes(ctx, u.String()); err != nil || n != 0 {
+	if n, err := devtemporal.LeanVisibilityIndexes(ctx, visURL); err != nil || n != 0 {
 		t.Errorf("second run: %d indexes rebuilt, %v; want 0", n, err)
 	}
 }

@@ -162,7 +162,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if runAs, err = lookupPostgresUser(); err != nil {
 			return nil, fmt.Errorf("pgcluster: %w", err)
 		}
-		tmpBase = "/tmp"
+		tmpBase = rootTmpBase
 	}
 	c := &Cluster{
 		log:      log,
@@ -343,11 +343,15 @@ func RemoveRelocated(dataDir string) error {
 	if err != nil {
 		return fmt.Errorf("pgcluster: data directory %q: %w", dataDir, err)
 	}
-	if err := os.RemoveAll(relocatedDir("/tmp", abs)); err != nil {
+	if err := os.RemoveAll(relocatedDir(rootTmpBase, abs)); err != nil {
 		return fmt.Errorf("pgcluster: remove relocated data of %s: %w", abs, err)
 	}
 	return nil
 }
+
+// rootTmpBase is where Start, run as root, keeps private directories (whatever TMPDIR says:
+// the postgres user must reach them).
+const rootTmpBase = "/tmp"
 
 // relocatedDir is the private directory under tmpBase for the requested (absolute) data
 // directory: the relocated data's home, and the socket directory otherwise.

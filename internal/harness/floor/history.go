@@ -21,8 +21,8 @@ type History struct {
 	WorkflowTasks int
 	// Runs is the number of runs whose history was read (more than 1 after continue-as-new).
 	Runs int
-	// ByType counts Events by event type (EVENT_TYPE_ prefix left out), so that a bench can
-	// say which events an update costs.
+	// ByType counts Events by event type name (e.g. WorkflowExecutionSignaled), so that a
+	// bench can say which events an update costs.
 	ByType map[string]int
 }
 
@@ -83,7 +83,7 @@ func CountHistory(ctx context.Context, c client.Client, workflowID string, from,
 				continue
 			}
 			h.Events++
-			h.ByType[strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_")]++
+			h.ByType[ev.GetEventType().String()]++
 			if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED {
 				h.WorkflowTasks++
 			}
