@@ -76,7 +76,11 @@ import (
 //
 // The go-sdk opens a listen of its own at connect when the client has list-changed handlers
 // (client.go ~334-360); the ListenSet adopts it as the control stream and re-opens it (with
-// resourcesListChanged) when it ends, telling OnEpoch with Control set and no URIs.
+// resourcesListChanged) when it ends, telling OnEpoch with Control set and no URIs. Its
+// acknowledgement is bounded by AckTimeout too: the go-sdk sends it inside Connect with no
+// deadline, and over HTTP the request waits for the response headers, which a server that
+// withholds the acknowledgement may withhold as well; past AckTimeout the tap cancels the
+// request (Connect goes on) and the stream ends as an epoch like any unexpected end.
 type ListenSet struct {
 	opts ListenOptions
 
@@ -96,6 +100,9 @@ type ListenSet struct {
 	// either stream would unsubscribe the URI for both).
 	carried map[string]*listenStream
 	control *listenStream
+	// unbound are streams whose listen was due before Bind (a control stream re-opened while
+	// the connect was still under way): Bind sends them.
+	unbound []*listenStream
 }
 
 // ListenOptions configure a ListenSet; zero values take the defaults.
@@ -106,7 +113,8 @@ type ListenOptions struct {
 	// listen request stays well below the request size servers accept.
 	BatchBytes int
 	// AckTimeout bounds the wait for a stream's acknowledgement (default 10 s): its URIs are
-	// then WatchFailed (a failed subscribe, issue 13 item 3) and the stream is cancelled.
+	// then WatchFailed (a failed subscribe, issue 13 item 3) and the stream is cancelled; the
+	// control stream then ends as an epoch and is listened again with backoff.
 	AckTimeout time.Duration
 	// Coalesce is how long URIs asked for are gathered before their streams open (default
 	// 10 ms), so that subscriptions made together share a stream.
@@ -207,6 +215,11 @@ type listenStream struct {
 	attempt   int       // re-listens in a row without a stable stream (backoff)
 	opened    time.Time // when its listen was sent
 	timer     *time.Timer
+	// ours: sent by open (ClientSession.Subscribe of its token), so Unsubscribe cancels it;
+	// the go-sdk's own control listen can be cancelled only through its HTTP request.
+	ours bool
+	// cancel aborts its HTTP request (set by the HTTP tap when the listen goes out).
+	cancel context.CancelFunc
 }
 
 const (
@@ -302,9 +315,13 @@ func (l *ListenSet) rewrite(p *mcp.SubscriptionsListenParams) {
 		}
 	} else if len(n.ResourceSubscriptions) == 0 && n.ResourcesListChanged && l.control == nil {
 		l.seq++
-		st = &listenStream{token: listenTokenPrefix + strconv.Itoa(l.seq), control: true}
+		st = &listenStream{token: listenTokenPrefix + strconv.Itoa(l.seq), control: true, opened: time.Now()}
 		l.tokens[st.token] = st
 		l.control = st
+		// The go-sdk sends it inside Connect, with no deadline of its own: over HTTP a server
+		// that withholds the acknowledgement may hold the response headers too, and the
+		// connect with them. The ack timeout bounds it like any stream of ours.
+		st.timer = time.AfterFunc(l.opts.AckTimeout, func() { l.ackTimedOut(st) })
 	} else {
 		return
 	}
@@ -321,14 +338,15 @@ func (l *ListenSet) rewrite(p *mcp.SubscriptionsListenParams) {
 func (l *ListenSet) Bind(cs *mcp.ClientSession) {
 	l.mu.Lock()
 	l.cs = cs
-	open := l.opts.ListChanged && l.control == nil
-	var st *listenStream
-	if open {
-		st = l.newStreamLocked(nil, true)
+	due := l.unbound
+	l.unbound = nil
+	if l.opts.ListChanged && l.control == nil {
+		st := l.newStreamLocked(nil, true)
 		l.control = st
+		due = append(due, st)
 	}
 	l.mu.Unlock()
-	if st != nil {
+	for _, st := range due {
 		l.open(st)
 	}
 }
@@ -456,13 +474,18 @@ func (l *ListenSet) Close() {
 		l.flushT.Stop()
 	}
 	var cancel []string
+	var aborts []context.CancelFunc
 	for tok, st := range l.tokens {
 		st.closing = true
 		if st.timer != nil {
 			st.timer.Stop()
 		}
 		cancel = append(cancel, tok)
+		if st.cancel != nil {
+			aborts = append(aborts, st.cancel)
+		}
 	}
+	l.unbound = nil
 	l.tokens, l.ids, l.carried = map[string]*listenStream{}, map[string]*listenStream{}, map[string]*listenStream{}
 	for u, e := range l.entries {
 		if !e.told {
@@ -471,6 +494,9 @@ func (l *ListenSet) Close() {
 	}
 	cs := l.cs
 	l.mu.Unlock()
+	for _, abort := range aborts {
+		abort()
+	}
 	if cs == nil {
 		return
 	}
@@ -571,6 +597,12 @@ func (l *ListenSet) open(st *listenStream) {
 		return
 	}
 	cs := l.cs
+	if cs == nil {
+		l.unbound = append(l.unbound, st)
+		l.mu.Unlock()
+		return
+	}
+	st.ours = true
 	st.opened = time.Now()
 	st.timer = time.AfterFunc(l.opts.AckTimeout, func() { l.ackTimedOut(st) })
 	l.mu.Unlock()
@@ -579,11 +611,19 @@ func (l *ListenSet) open(st *listenStream) {
 	}
 }
 
-// ackTimedOut fails the URIs of a stream never acknowledged and cancels it.
+// ackTimedOut fails the URIs of a stream never acknowledged and cancels it. The control
+// stream instead ends as an epoch (a list_changed may have been missed) and is listened
+// again with backoff, as after any unexpected end.
 func (l *ListenSet) ackTimedOut(st *listenStream) {
 	l.mu.Lock()
 	if st.acked || st.closing || st.ended {
 		l.mu.Unlock()
+		return
+	}
+	if st.control {
+		l.mu.Unlock()
+		l.ended(st.token, "", fmt.Errorf("%w (%v)", ErrAckTimeout, l.opts.AckTimeout), false)
+		l.abandon(st)
 		return
 	}
 	st.closing = true
@@ -594,10 +634,23 @@ func (l *ListenSet) ackTimedOut(st *listenStream) {
 			notes = append(notes, l.decideLocked(u, e, WatchFailed, fmt.Errorf("%w (%v)", ErrAckTimeout, l.opts.AckTimeout)))
 		}
 	}
-	cs := l.cs
 	l.mu.Unlock()
 	l.tell(notes)
-	_ = cs.Unsubscribe(context.Background(), &mcp.UnsubscribeParams{URI: st.token})
+	l.abandon(st)
+}
+
+// abandon cancels a stream we no longer count on: its HTTP request if the tap saw it go out,
+// and, if open sent it, its go-sdk listen.
+func (l *ListenSet) abandon(st *listenStream) {
+	l.mu.Lock()
+	cs, cancel, ours := l.cs, st.cancel, st.ours
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if ours && cs != nil {
+		_ = cs.Unsubscribe(context.Background(), &mcp.UnsubscribeParams{URI: st.token})
+	}
 }
 
 type stateNote struct {
@@ -628,12 +681,14 @@ func (l *ListenSet) tell(notes []stateNote) {
 	}
 }
 
-// sent pairs a token with the JSON-RPC ID its listen went out with (the transport tap).
-func (l *ListenSet) sent(token, id string) {
+// sent pairs a token with the JSON-RPC ID its listen went out with (the transport tap);
+// cancel, if not nil, aborts the listen's HTTP request.
+func (l *ListenSet) sent(token, id string, cancel context.CancelFunc) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if st := l.tokens[token]; st != nil && st.id == "" {
 		st.id = id
+		st.cancel = cancel
 		l.ids[id] = st
 	}
 }
@@ -905,21 +960,27 @@ func (t *listenTap) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	id := rawID(msg.ID)
-	t.l.sent(token, id)
+	// The ListenSet may cancel the request (no acknowledgement in time), headers not yet
+	// received included.
+	ctx, cancel := context.WithCancel(req.Context())
+	req = req.WithContext(ctx)
+	t.l.sent(token, id, cancel)
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
 		if req.Context().Err() == nil {
 			t.l.ended(token, id, err, false)
 		}
+		cancel()
 		return resp, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
 		t.l.ended(token, id, fmt.Errorf("HTTP %s", resp.Status), resp.StatusCode < 500)
+		resp.Body = &tapBody{ReadCloser: resp.Body, r: resp.Body, cancel: cancel}
 		return resp, nil
 	}
 	pr, pw := io.Pipe()
 	tee := io.TeeReader(resp.Body, pw)
-	resp.Body = &tapBody{ReadCloser: resp.Body, r: tee, pw: pw}
+	resp.Body = &tapBody{ReadCloser: resp.Body, r: tee, pw: pw, cancel: cancel}
 	go t.watch(req.Context(), token, id, pr)
 	return resp, nil
 }
@@ -927,21 +988,26 @@ func (t *listenTap) RoundTrip(req *http.Request) (*http.Response, error) {
 // tapBody hands the go-sdk the response body while a copy goes to the tap's reader.
 type tapBody struct {
 	io.ReadCloser
-	r  io.Reader
-	pw *io.PipeWriter
+	r      io.Reader
+	pw     *io.PipeWriter // nil: no reader beside the go-sdk
+	cancel context.CancelFunc
 }
 
 func (b *tapBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err != nil {
+	if err != nil && b.pw != nil {
 		_ = b.pw.CloseWithError(err)
 	}
 	return n, err
 }
 
 func (b *tapBody) Close() error {
-	_ = b.pw.CloseWithError(io.ErrClosedPipe)
-	return b.ReadCloser.Close()
+	if b.pw != nil {
+		_ = b.pw.CloseWithError(io.ErrClosedPipe)
+	}
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // watch reads a listen's SSE events until the stream ends, and reports the end: a response
@@ -1059,7 +1125,7 @@ func (c *tapConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 		if json.Unmarshal(req.Params, &p) == nil {
 			if token, _ := p.Meta[listenTokenMeta].(string); token != "" {
-				c.l.sent(token, rawID(req.ID.Raw()))
+				c.l.sent(token, rawID(req.ID.Raw()), nil)
 			}
 		}
 	}

@@ -640,3 +640,43 @@ func heapInUse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse)
 }
+
+// TestListenControlAckWithheld: a server that never acknowledges the go-sdk's own
+// list-changed listen (the control stream) must not hold the connect, and the stream counts
+// as ended when AckTimeout passes: an epoch of the control stream (a list_changed may have
+// been missed), then a re-listen, which is acknowledged once the server acknowledges again.
+// Over HTTP a server that withholds the acknowledgement may also withhold the response
+// headers, and the go-sdk sends that listen inside Connect with no deadline of its own.
+func TestListenControlAckWithheld(t *testing.T) {
+	for _, transport := range []string{"http", "memory"} {
+		t.Run(transport, func(t *testing.T) {
+			s, srv := chaosListenServer(t, transport, "demo://a")
+			s.SetListenFaults(chaosmcp.ListenFaults{WithholdAck: true})
+			rigged := make(chan *listenRig, 1)
+			go func() {
+				rigged <- newListenRig(t, srv, mcphost.ListenOptions{AckTimeout: 300 * time.Millisecond,
+					BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond}, true)
+			}()
+			r := recvListen(t, rigged, "the connect to return")
+			e := recvListen(t, r.epochs, "an epoch of the unacknowledged control stream")
+			if !e.Control || len(e.URIs) != 0 || !strings.Contains(e.Reason, "not acknowledged") {
+				t.Errorf("epoch %+v, want the control stream's, ended as not acknowledged", e)
+			}
+			s.SetListenFaults(chaosmcp.ListenFaults{})
+			if diff := cmp.Diff(all(mcphost.WatchAcknowledged, "demo://a"), r.watch(t, "demo://a")); diff != "" {
+				t.Fatalf("Watch (-want +got):\n%s", diff)
+			}
+			if srv.live() >= 0 {
+				awaitCond(t, "the re-opened control stream and the URI's stream on the server", func() bool { return srv.live() == 2 })
+			}
+			awaitCond(t, "the control stream acknowledged (no epoch for a while)", func() bool {
+				select {
+				case <-r.epochs:
+					return false
+				case <-time.After(time.Second):
+					return true
+				}
+			})
+		})
+	}
+}

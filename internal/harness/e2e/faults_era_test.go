@@ -252,39 +252,56 @@ func TestEraFaultPartialAck(t *testing.T) {
 // ACTIVE (RECONCILIATION_REQUIRED, reason the MCP subscribe), no read is issued, and it
 // retries; once acknowledgements come back it is ACTIVE with its first version. (In
 // 2025-11-25 the lost resources/subscribe answer is the same failure of R9.)
+//
+// In "session ends", the session ends while the server withholds every acknowledgement, the
+// list-changed listen the go-sdk sends at connect included: the host must still reconnect
+// (that listen times out like any other) and the subscribe retried on the new session fails
+// the same way.
 func TestEraFaultAckWithheld(t *testing.T) {
-	s := newStack(t)
-	s.stopWorkers()
-	s.startWorker("host-ack", func(o *mcphost.Options) { o.ListenAckTimeout = time.Second })
-	const u = "demo://notes/1"
-	srv := s.startChaosEra("withheld", ledger.ProtocolModern, map[string]string{u: "v1"}, "--backstop", "1h")
-	s.liveSession(s.worker(), s.source("withheld").ID, 0)
-	srv.SetListenFaults(chaosmcp.ListenFaults{WithholdAck: true})
-	s.mustCLI("subscribe", "withheld", u, "--wait", "0")
-	eventually(t, 60*time.Second, "failed subscribe retried", func() (bool, string) {
-		sub, err := s.st.SubscriptionByKey(s.ctx, "default", "withheld", u)
-		if err != nil {
-			return false, err.Error() // the workflow has not recorded it yet
-		}
-		st := srv.Stats()
-		return sub.State == mcpsync.StateReconciliationRequired && strings.Contains(sub.StateReason, "MCP subscribe") && st.AcksWithheld >= 2,
-			fmt.Sprintf("%s (%q), %d acknowledgements withheld", sub.State, sub.StateReason, st.AcksWithheld)
-	})
-	sub := s.sub("withheld", u)
-	if sub.LastIssuedOrdinal != 0 || sub.LastAcceptedDigest != "" {
-		t.Errorf("reads while the subscribe was never acknowledged: issued %d, digest %q", sub.LastIssuedOrdinal, sub.LastAcceptedDigest)
+	for _, tc := range []struct {
+		name       string
+		endSession bool
+	}{{"session kept", false}, {"session ends", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStack(t)
+			s.stopWorkers()
+			s.startWorker("host-ack", func(o *mcphost.Options) { o.ListenAckTimeout = time.Second })
+			const u = "demo://notes/1"
+			srv := s.startChaosEra("withheld", ledger.ProtocolModern, map[string]string{u: "v1"}, "--backstop", "1h")
+			srcID := s.source("withheld").ID
+			c := s.liveSession(s.worker(), srcID, 0)
+			srv.SetListenFaults(chaosmcp.ListenFaults{WithholdAck: true})
+			s.mustCLI("subscribe", "withheld", u, "--wait", "0")
+			if tc.endSession {
+				_ = c.Session().Close()
+				s.liveSession(s.worker(), srcID, c.Generation())
+			}
+			eventually(t, 60*time.Second, "failed subscribe retried", func() (bool, string) {
+				sub, err := s.st.SubscriptionByKey(s.ctx, "default", "withheld", u)
+				if err != nil {
+					return false, err.Error() // the workflow has not recorded it yet
+				}
+				st := srv.Stats()
+				return sub.State == mcpsync.StateReconciliationRequired && strings.Contains(sub.StateReason, "MCP subscribe") && st.AcksWithheld >= 2,
+					fmt.Sprintf("%s (%q), %d acknowledgements withheld", sub.State, sub.StateReason, st.AcksWithheld)
+			})
+			sub := s.sub("withheld", u)
+			if sub.LastIssuedOrdinal != 0 || sub.LastAcceptedDigest != "" {
+				t.Errorf("reads while the subscribe was never acknowledged: issued %d, digest %q", sub.LastIssuedOrdinal, sub.LastAcceptedDigest)
+			}
+			if n := s.count(`SELECT count(*) FROM receipts WHERE subscription_id = $1 AND kind = 'ACTIVATED'`, sub.ID); n != 0 {
+				t.Errorf("%d activations without an acknowledgement", n)
+			}
+			srv.SetListenFaults(chaosmcp.ListenFaults{})
+			active := s.waitDigest("withheld", u, ledger.Digest([]byte("v1")))
+			if active.State != mcpsync.StateActive || active.NotAcknowledged {
+				t.Errorf("after acknowledgements came back: %s, not acknowledged %v", active.State, active.NotAcknowledged)
+			}
+			srv.Set(u, "v2", "text/plain")
+			s.waitDigest("withheld", u, ledger.Digest([]byte("v2")))
+			s.checkInvariants()
+		})
 	}
-	if n := s.count(`SELECT count(*) FROM receipts WHERE subscription_id = $1 AND kind = 'ACTIVATED'`, sub.ID); n != 0 {
-		t.Errorf("%d activations without an acknowledgement", n)
-	}
-	srv.SetListenFaults(chaosmcp.ListenFaults{})
-	active := s.waitDigest("withheld", u, ledger.Digest([]byte("v1")))
-	if active.State != mcpsync.StateActive || active.NotAcknowledged {
-		t.Errorf("after acknowledgements came back: %s, not acknowledged %v", active.State, active.NotAcknowledged)
-	}
-	srv.Set(u, "v2", "text/plain")
-	s.waitDigest("withheld", u, ledger.Digest([]byte("v2")))
-	s.checkInvariants()
 }
 
 // Fault (2026-07-28 only): updated notifications carry a subscription ID of no live listen
