@@ -275,3 +275,14 @@ func (r ReadID) String() string {
 	return fmt.Sprintf("sub %d gen %d session %d ordinal %d request %s uri %q",
 		r.SubscriptionID, r.Generation, r.SessionGeneration, r.Ordinal, r.RequestID, r.URI)
 }
+
+// CatalogEntry is one resource or template a discovery round listed (R4): what a round
+// returns (discovery.Entry) and what the ledger stores under the round (ledger.ScanEntry),
+// one type so that a round's 100,000 entries reach the ledger without a copy.
+type CatalogEntry struct {
+	Kind      string // "resource" or "template"
+	URI       string // normalized URI (the server's string if it cannot be normalized), or the URI template
+	ServerURI string // as listed
+	Name      string
+	MIMEType  string
+}

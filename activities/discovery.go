@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/discovery"
@@ -36,9 +37,49 @@ type Discovery struct {
 	keyOnce sync.Once
 }
 
-// Register registers the session-bound discovery activity under its contract name.
+// Register registers the session-bound discovery activities under their contract names.
 func (a *Discovery) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.DiscoveryRound, activity.RegisterOptions{Name: contract.ActDiscoveryRound})
+	r.RegisterActivityWithOptions(a.DiscoveryRoundPair, activity.RegisterOptions{Name: contract.ActDiscoveryRoundPair})
+}
+
+// DiscoveryRoundPair runs rounds A and B back to back on one session (issue 16 item 5), each
+// as DiscoveryRound runs it, without a workflow task and an activity dispatch between them:
+// see PairRounds.
+func (a *Discovery) DiscoveryRoundPair(ctx context.Context, in contract.RoundPairInput) ([]contract.RoundResult, error) {
+	return PairRounds(ctx, in, a.DiscoveryRound, a.Store.AbandonScan)
+}
+
+// PairRounds runs round A of in with round, then, only if A completed, round B: B begins once
+// A's end is committed. It returns A's result, then B's if B ran. An error is A's (nothing of
+// B happened). A round B that could not run or end (its session ended before it began, the
+// ledger failed) is failed in the ledger with abandon and returned as a failed round, as the
+// workflow does with a failed round activity (R24: a RUNNING round never proves anything).
+func PairRounds(ctx context.Context, in contract.RoundPairInput,
+	round func(context.Context, contract.RoundInput) (contract.RoundResult, error),
+	abandon func(ctx context.Context, scanKey, reason string) (bool, error)) ([]contract.RoundResult, error) {
+	ra, err := round(ctx, in.A)
+	if err != nil {
+		return nil, err
+	}
+	if !ra.Complete {
+		return []contract.RoundResult{ra}, nil
+	}
+	rb, err := round(ctx, in.B)
+	if err != nil {
+		kind := contract.RoundAbandoned
+		if app, ok := errors.AsType[*temporal.ApplicationError](err); ok && app.Type() == contract.ErrTypeStaleSession {
+			kind = contract.RoundStaleSession
+		}
+		msg := ledger.Bounded(err.Error(), ledger.MaxPayloadString)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, aerr := abandon(actx, in.B.ScanKey, kind+": "+msg); aerr != nil {
+			activity.GetLogger(ctx).Warn("abandoning round B in the ledger failed", "scanKey", in.B.ScanKey, "error", aerr)
+		}
+		rb = contract.RoundResult{Round: in.B.Round, SessionGeneration: in.B.SessionGeneration, FailureKind: kind, Failure: msg}
+	}
+	return []contract.RoundResult{ra, rb}, nil
 }
 
 func (a *Discovery) cursorKey() []byte {
@@ -130,10 +171,7 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 		// A list error carries the server's message: bounded (issue 14 item 6).
 		end.Failure = ledger.Bounded(res.Err.Error(), ledger.MaxPayloadString)
 	}
-	entries := make([]ledger.ScanEntry, len(res.Entries))
-	for i, e := range res.Entries {
-		entries[i] = ledger.ScanEntry(e)
-	}
+	entries := res.Entries // the ledger's type: no copy of 100,000 entries
 	// Record the end even if the activity was cancelled meanwhile: no row stays RUNNING.
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()

@@ -90,6 +90,15 @@ func (f *fakeRounds) round(ctx context.Context, in contract.RoundInput) (contrac
 		SnapshotID: end.SnapshotID, ListChangedObserved: p.listChanged, StartedAt: started, EndedAt: ended}, nil
 }
 
+// registerRounds registers round as the round activity and, paired by activities.PairRounds,
+// as the round-pair activity, as the worker's host registers both.
+func registerRounds(env *testsuite.TestWorkflowEnvironment, st *ledger.Store, round func(context.Context, contract.RoundInput) (contract.RoundResult, error)) {
+	env.RegisterActivityWithOptions(round, activity.RegisterOptions{Name: contract.ActDiscoveryRound})
+	env.RegisterActivityWithOptions(func(ctx context.Context, in contract.RoundPairInput) ([]contract.RoundResult, error) {
+		return activities.PairRounds(ctx, in, round, st.AbandonScan)
+	}, activity.RegisterOptions{Name: contract.ActDiscoveryRoundPair})
+}
+
 type discoveryHarness struct {
 	t   *testing.T
 	ctx context.Context
@@ -191,7 +200,7 @@ func TestDiscoveryScanWorkflowLevels(t *testing.T) {
 				}
 			}
 			f := &fakeRounds{store: h.st, plays: tt.plays}
-			h.env.RegisterActivityWithOptions(f.round, activity.RegisterOptions{Name: contract.ActDiscoveryRound})
+			registerRounds(h.env, h.st, f.round)
 			h.env.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
 			h.env.ExecuteWorkflow(contract.DiscoveryScanWorkflowName, contract.DiscoveryScanInput{SourceID: h.src.ID, Source: "demo"})
 			if err := h.env.GetWorkflowError(); err != nil {
@@ -424,7 +433,7 @@ func TestReconciliationScanConfirmsTombstone(t *testing.T) {
 				t.Fatalf("not found: %s %v", o, err)
 			}
 			f := &fakeRounds{store: h.st, plays: []scripted{{set: "S", uris: tt.uris}, {set: "S", uris: tt.uris}}}
-			h.env.RegisterActivityWithOptions(f.round, activity.RegisterOptions{Name: contract.ActDiscoveryRound})
+			registerRounds(h.env, h.st, f.round)
 			h.env.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
 			h.env.RegisterWorkflow(tombstoneParent)
 			h.env.ExecuteWorkflow(tombstoneParent, contract.ReconcileScanRequest{SourceID: h.src.ID, Source: "demo",

@@ -72,9 +72,19 @@ func DiscoveryScanWorkflow(ctx workflow.Context, in contract.DiscoveryScanInput)
 			}
 			waits++
 		}
+		if len(s.rounds) == 0 && patched(ctx, versionRoundPair) {
+			// Rounds A and B in one activity: B begins as soon as A has ended.
+			s.rounds = append(s.rounds, s.pair()...)
+			continue
+		}
 		s.rounds = append(s.rounds, s.round(len(s.rounds)+1))
 	}
 }
+
+// versionRoundPair (issue 16 item 5): a scan runs rounds A and B in one activity
+// (contract.ActDiscoveryRoundPair); a run that reached its first round before this patch ran
+// each round in an activity of its own.
+const versionRoundPair = "round-pair"
 
 type scan struct {
 	ctx     workflow.Context
@@ -92,36 +102,80 @@ type scan struct {
 // round runs round n on the source's current session. A round that could not run, or whose
 // activity failed, is returned as a failed round.
 func (s *scan) round(n int) contract.RoundResult {
-	failed := func(gen int64, kind, msg string) contract.RoundResult {
-		return contract.RoundResult{Round: n, SessionGeneration: gen, FailureKind: kind, Failure: msg}
+	sess, failed := s.session(n)
+	if failed != nil {
+		return *failed
 	}
+	in := s.roundInput(n, sess)
+	var r contract.RoundResult
+	err := workflow.ExecuteActivity(s.roundContext(sess), contract.ActDiscoveryRound, in).Get(s.ctx, &r)
+	if err == nil {
+		return r
+	}
+	return s.abandoned(in, err)
+}
+
+// pair runs rounds A and B on the source's current session in one activity
+// (activities.DiscoveryRoundPair): A's result, then B's if A completed. When the activity
+// fails, neither round is known to have ended: both are abandoned and failed.
+func (s *scan) pair() []contract.RoundResult {
+	sess, failed := s.session(1)
+	if failed != nil {
+		return []contract.RoundResult{*failed}
+	}
+	in := contract.RoundPairInput{A: s.roundInput(1, sess), B: s.roundInput(2, sess)}
+	var rs []contract.RoundResult
+	err := workflow.ExecuteActivity(s.roundContext(sess), contract.ActDiscoveryRoundPair, in).Get(s.ctx, &rs)
+	if err == nil && len(rs) > 0 && len(rs) <= 2 {
+		return rs
+	}
+	if err == nil {
+		err = fmt.Errorf("the round pair returned %d rounds", len(rs))
+	}
+	return []contract.RoundResult{s.abandoned(in.A, err), s.abandoned(in.B, err)}
+}
+
+// session returns the session round n runs on: the last round's while it completed on a live
+// one, else the source's current session; or, when there is none, the failed round n.
+func (s *scan) session(n int) (contract.SessionInfo, *contract.RoundResult) {
 	sess := s.sess
 	if last := len(s.rounds) - 1; !sess.Live || last < 0 || !s.rounds[last].Complete {
+		var msg string
 		if err := ledgerLocal(s.ctx, contract.ActCurrentSession, s.in.SourceID, &sess); err != nil {
-			return failed(0, contract.RoundNoSession, "looking up the session: "+err.Error())
+			msg = "looking up the session: " + err.Error()
+		} else if !sess.Live {
+			msg = fmt.Sprintf("source %s has no live session", s.in.Source)
 		}
-		if !sess.Live {
-			return failed(0, contract.RoundNoSession, fmt.Sprintf("source %s has no live session", s.in.Source))
+		if msg != "" {
+			return sess, &contract.RoundResult{Round: n, FailureKind: contract.RoundNoSession, Failure: msg}
 		}
 	}
 	s.sess = sess
-	key := fmt.Sprintf("%s/round-%d", s.run, n)
-	ctx := workflow.WithActivityOptions(s.ctx, workflow.ActivityOptions{
+	return sess, nil
+}
+
+func (s *scan) roundInput(n int, sess contract.SessionInfo) contract.RoundInput {
+	return contract.RoundInput{
+		ScanKey: fmt.Sprintf("%s/round-%d", s.run, n), ScanRun: s.run, ScanWorkflowID: s.wfID, Round: n,
+		SourceID: s.in.SourceID, SessionGeneration: sess.Generation, MaxPages: s.in.MaxPages,
+	}
+}
+
+// roundContext is the activity context of a round on sess: its host's queue, the round's
+// timeouts, and one attempt (the workflow retries rounds itself: an attempt is a round).
+func (s *scan) roundContext(sess contract.SessionInfo) workflow.Context {
+	return workflow.WithActivityOptions(s.ctx, workflow.ActivityOptions{
 		TaskQueue:              sess.HostQueue,
 		ScheduleToStartTimeout: 10 * time.Second,
 		StartToCloseTimeout:    DiscoveryRoundTimeout,
 		HeartbeatTimeout:       DiscoveryHeartbeat,
-		// The workflow retries rounds itself: an activity attempt is a round.
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
-	var r contract.RoundResult
-	err := workflow.ExecuteActivity(ctx, contract.ActDiscoveryRound, contract.RoundInput{
-		ScanKey: key, ScanRun: s.run, ScanWorkflowID: s.wfID, Round: n, SourceID: s.in.SourceID,
-		SessionGeneration: sess.Generation, MaxPages: s.in.MaxPages,
-	}).Get(s.ctx, &r)
-	if err == nil {
-		return r
-	}
+}
+
+// abandoned fails the round of in, whose activity failed with err, in the ledger and returns
+// it as a failed round.
+func (s *scan) abandoned(in contract.RoundInput, err error) contract.RoundResult {
 	kind := contract.RoundAbandoned
 	switch {
 	case isStaleSession(err):
@@ -130,12 +184,12 @@ func (s *scan) round(n int) contract.RoundResult {
 		kind = contract.RoundHostUnreachable
 	}
 	var ok bool
-	if aerr := ledgerLocal(s.ctx, contract.ActAbandonScan, contract.AbandonInput{ScanKey: key, Reason: kind + ": " + rootMessage(err)}, &ok); aerr != nil {
+	if aerr := ledgerLocal(s.ctx, contract.ActAbandonScan, contract.AbandonInput{ScanKey: in.ScanKey, Reason: kind + ": " + rootMessage(err)}, &ok); aerr != nil {
 		// The round is failed here whatever the ledger says: its row only stays RUNNING, and
 		// a RUNNING round never proves anything (R24).
-		workflow.GetLogger(s.ctx).Warn("abandoning the round in the ledger failed", "scanKey", key, "error", aerr)
+		workflow.GetLogger(s.ctx).Warn("abandoning the round in the ledger failed", "scanKey", in.ScanKey, "error", aerr)
 	}
-	return failed(sess.Generation, kind, rootMessage(err))
+	return contract.RoundResult{Round: in.Round, SessionGeneration: in.SessionGeneration, FailureKind: kind, Failure: rootMessage(err)}
 }
 
 // publish asks the ledger to publish the decided level; if the ledger's own check refuses it,

@@ -39,7 +39,7 @@ func TestListChangedBeforePublishInvalidates(t *testing.T) {
 		return n, err
 	}, activity.RegisterOptions{Name: contract.ActInvalidateCatalogs, DisableAlreadyRegisteredCheck: true})
 	rounds := 0
-	h.env.RegisterActivityWithOptions(func(ctx context.Context, in contract.RoundInput) (contract.RoundResult, error) {
+	registerRounds(h.env, h.st, func(ctx context.Context, in contract.RoundInput) (contract.RoundResult, error) {
 		mu.Lock()
 		rounds++
 		n := rounds
@@ -59,7 +59,7 @@ func TestListChangedBeforePublishInvalidates(t *testing.T) {
 			h.env.SignalWorkflow(contract.SignalListChanged, contract.ListChanged{SessionGeneration: in.SessionGeneration, Count: 2})
 		}
 		return r, err
-	}, activity.RegisterOptions{Name: contract.ActDiscoveryRound})
+	})
 	h.env.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
 	h.env.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 3*time.Minute)

@@ -59,6 +59,14 @@ var patchHistories = map[string]struct{ pre, post []string }{
 		pre:  []string{"local-read-v1-00-Completed.json", "subscription-00-Completed.json"},
 		post: []string{"local-subscribe-v1-00-Completed.json"},
 	},
+	// Issue 16 item 5. Every discovery scan history recorded before the patch runs each round
+	// in an activity of its own (discoveryscan-00 and -01: rounds 1-2 and 1-3).
+	// round-pair-v1-00 is recorded by internal/harness/e2e TestHistoriesRoundPair on the
+	// current code (rounds A and B in one activity).
+	"round-pair": {
+		pre:  []string{"discoveryscan-00-Completed.json", "discoveryscan-01-Completed.json"},
+		post: []string{"round-pair-v1-00-Completed.json"},
+	},
 }
 
 // distinguishing are the pre-patch histories that the new branch of their patch cannot replay:
@@ -69,6 +77,7 @@ var distinguishing = map[string]string{
 	"close-on-ended-session":    "close-on-ended-session-v0-00-Completed.json",
 	"local-read":                "cover-after-read-v1-00-Completed.json",
 	"local-subscribe":           "local-read-v1-00-Completed.json",
+	"round-pair":                "discoveryscan-00-Completed.json",
 }
 
 // Issue 17 part 5: every patch has a history recorded before it, which carries no marker of

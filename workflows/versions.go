@@ -17,6 +17,7 @@ var patches = []string{
 	versionCloseOnEndedSession,    // dffcd2d, SubscriptionWorkflow
 	versionLocalRead,              // issue 16 item 2, SubscriptionWorkflow
 	versionLocalSubscribe,         // issue 16 item 4, SubscriptionWorkflow
+	versionRoundPair,              // issue 16 item 5, DiscoveryScanWorkflow
 }
 
 // unguardedPatches, set only by tests, makes every patch take its new branch without a

@@ -28,10 +28,11 @@ const (
 	QuerySourceState = "source-state"
 )
 
-// Discovery activity names. ActDiscoveryRound is session-bound (host queue); the others are
-// ledger activities run as local activities.
+// Discovery activity names. ActDiscoveryRound and ActDiscoveryRoundPair are session-bound
+// (host queue); the others are ledger activities run as local activities.
 const (
 	ActDiscoveryRound     = "DiscoveryRound"
+	ActDiscoveryRoundPair = "DiscoveryRoundPair"
 	ActAbandonScan        = "AbandonScan"
 	ActPublishCatalog     = "PublishCatalog"
 	ActInvalidateCatalogs = "InvalidateCatalogs"
@@ -175,6 +176,13 @@ type RoundInput struct {
 	SourceID          int64
 	SessionGeneration int64
 	MaxPages          int
+}
+
+// RoundPairInput asks the host holding a session for rounds A and B back to back (issue 16
+// item 5): B begins once A's end is committed, and only if A completed. Both name the same
+// session generation.
+type RoundPairInput struct {
+	A, B RoundInput
 }
 
 // RoundResult is what a round returns: digests and counts only; the entries are in the

@@ -41,7 +41,6 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
-	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
 // DefaultSnapshotMetaKey is the _meta key of the snapshot ID in list results when the
@@ -153,14 +152,10 @@ type Progress struct {
 // Pages is the number of pages requested, both lists together.
 func (p Progress) Pages() int { return p.ResourcePages + p.TemplatePages }
 
-// Entry is one listed resource or template.
-type Entry struct {
-	Kind      string // KindResource or KindTemplate
-	URI       string // normalized URI (the server's string if it cannot be normalized), or the template
-	ServerURI string // as listed
-	Name      string
-	MIMEType  string
-}
+// Entry is one listed resource or template: Kind is KindResource or KindTemplate, URI the
+// normalized URI (the server's string if it cannot be normalized) or the template, ServerURI
+// as listed.
+type Entry = mcpsync.CatalogEntry
 
 // Result is the outcome of a round. Complete rounds have SetDigest and Entries; failed ones
 // have FailureKind (a contract.Round* kind) and Err, and what they saw until then.
@@ -249,6 +244,7 @@ func (r *round) scan(ctx context.Context, l Lister) Result {
 	if o.CursorKey != nil {
 		r.mac = hmac.New(sha256.New, o.CursorKey)
 	}
+	r.sink = newSink()
 	ok := r.list(ctx, KindResource, func(ctx context.Context, cursor string) (mcp.Meta, string, error) {
 		res, err := l.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
 		if err != nil {
@@ -257,23 +253,8 @@ func (r *round) scan(ctx context.Context, l Lister) Result {
 		if err := r.admit(KindResource, len(res.Resources)); err != nil {
 			return nil, "", err
 		}
-		page := make([]Entry, 0, len(res.Resources))
-		for _, x := range res.Resources {
-			if x == nil {
-				continue
-			}
-			norm, err := uri.Normalize(x.URI)
-			switch {
-			case err != nil:
-				norm = x.URI
-				r.res.Malformed++
-			case norm == x.URI:
-				norm = x.URI // share the string: a round may hold 100,000 of them
-			}
-			page = append(page, Entry{Kind: KindResource, URI: norm, ServerURI: x.URI, Name: x.Name, MIMEType: x.MIMEType})
-		}
-		r.pages = append(r.pages, page)
-		r.res.Resources += len(page)
+		r.res.Resources += len(res.Resources) - countNil(res.Resources)
+		r.sink.add(sinkPage{resources: res.Resources})
 		return res.Meta, res.NextCursor, nil
 	}) && r.list(ctx, KindTemplate, func(ctx context.Context, cursor string) (mcp.Meta, string, error) {
 		res, err := l.ListResourceTemplates(ctx, &mcp.ListResourceTemplatesParams{Cursor: cursor})
@@ -283,40 +264,40 @@ func (r *round) scan(ctx context.Context, l Lister) Result {
 		if err := r.admit(KindTemplate, len(res.ResourceTemplates)); err != nil {
 			return nil, "", err
 		}
-		page := make([]Entry, 0, len(res.ResourceTemplates))
-		for _, x := range res.ResourceTemplates {
-			if x == nil {
-				continue
-			}
-			page = append(page, Entry{Kind: KindTemplate, URI: x.URITemplate, ServerURI: x.URITemplate, Name: x.Name, MIMEType: x.MIMEType})
-		}
-		r.pages = append(r.pages, page)
-		r.res.Templates += len(page)
+		r.res.Templates += len(res.ResourceTemplates) - countNil(res.ResourceTemplates)
+		r.sink.add(sinkPage{templates: res.ResourceTemplates})
 		return res.Meta, res.NextCursor, nil
 	})
 	r.res.CursorChainDigest = "sha256:" + hex.EncodeToString(r.chain.Sum(nil))
 	if r.res.SnapshotPages == r.res.Pages() && len(r.res.SnapshotIDs) == 1 && !r.idsOverflow {
 		r.res.SnapshotID = r.res.SnapshotIDs[0]
 	}
+	entries, digest, dups, malformed := r.sink.finish(ok)
+	r.res.Malformed = malformed
 	if !ok {
 		return r.res
 	}
-	// One allocation of the exact size, instead of growing one slice page by page.
-	r.res.Entries = make([]Entry, 0, r.res.Resources+r.res.Templates)
-	for _, p := range r.pages {
-		r.res.Entries = append(r.res.Entries, p...)
-	}
-	r.pages = nil
+	r.res.Entries, r.res.SetDigest, r.res.Duplicates = entries, digest, dups
 	r.res.Complete = true
-	r.res.SetDigest, r.res.Duplicates = setDigest(r.res.Entries)
 	return r.res
+}
+
+// countNil counts the nil elements of a decoded page (a JSON null in the list).
+func countNil[T any](xs []*T) int {
+	n := 0
+	for _, x := range xs {
+		if x == nil {
+			n++
+		}
+	}
+	return n
 }
 
 type round struct {
 	opts        Options
 	spent       int // pages requested by earlier, discarded starts (they count against MaxPages)
 	res         Result
-	pages       [][]Entry // the entries of each page, in order
+	sink        *sink // builds the entries beside the paging
 	chain       hash.Hash
 	mac         hash.Hash
 	idsOverflow bool
@@ -479,22 +460,29 @@ func setDigest(entries []Entry) (string, int) {
 	h := sha256.New()
 	var buf bytes.Buffer
 	dups := 0
-	for i, e := range entries {
+	for i := range entries {
+		e := &entries[i]
 		if i > 0 && entries[i-1].Kind == e.Kind && entries[i-1].ServerURI == e.ServerURI {
 			dups++
 		}
-		buf.Reset()
-		buf.WriteString(e.Kind)
-		buf.WriteByte(0)
-		buf.WriteString(e.ServerURI)
-		buf.WriteByte(0)
-		buf.WriteString(e.Name)
-		buf.WriteByte(0)
-		buf.WriteString(e.MIMEType)
-		buf.WriteByte('\n')
-		h.Write(buf.Bytes())
+		writeEntry(h, &buf, e)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), dups
+}
+
+// writeEntry adds one entry to a set digest: kind, server URI, name and MIME type, each
+// ended by a NUL, the last by a newline.
+func writeEntry(h hash.Hash, buf *bytes.Buffer, e *Entry) {
+	buf.Reset()
+	buf.WriteString(e.Kind)
+	buf.WriteByte(0)
+	buf.WriteString(e.ServerURI)
+	buf.WriteByte(0)
+	buf.WriteString(e.Name)
+	buf.WriteByte(0)
+	buf.WriteString(e.MIMEType)
+	buf.WriteByte('\n')
+	h.Write(buf.Bytes())
 }
 
 func compareEntries(a, b Entry) int {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // Scan outcomes of a discovery round.
@@ -112,14 +114,8 @@ type ScanEnd struct {
 	ListChangedAfter      int64
 }
 
-// ScanEntry is one entry of the set a round listed.
-type ScanEntry struct {
-	Kind      string // EntryResource or EntryTemplate
-	URI       string // normalized URI, or the URI template
-	ServerURI string
-	Name      string
-	MIMEType  string
-}
+// ScanEntry is one entry of the set a round listed: Kind is EntryResource or EntryTemplate.
+type ScanEntry = mcpsync.CatalogEntry
 
 // EndScan records a round's end in one transaction: for a complete round (FailureKind empty)
 // its digests, counts, snapshot IDs, list_changed window and entries; for a failed one its

@@ -1,0 +1,110 @@
+package discovery_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/discovery"
+)
+
+// pager lists fixed pages of resources (and one page of templates), the cursor being the
+// next page's index.
+type pager struct {
+	pages     [][]*mcp.Resource
+	templates []*mcp.ResourceTemplate
+}
+
+func (p *pager) ListResources(_ context.Context, params *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
+	i := 0
+	if params.Cursor != "" {
+		i, _ = strconv.Atoi(params.Cursor)
+	}
+	res := &mcp.ListResourcesResult{Resources: p.pages[i]}
+	if i+1 < len(p.pages) {
+		res.NextCursor = strconv.Itoa(i + 1)
+	}
+	return res, nil
+}
+
+func (p *pager) ListResourceTemplates(context.Context, *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
+	return &mcp.ListResourceTemplatesResult{ResourceTemplates: p.templates}, nil
+}
+
+// paged splits uris into pages of size n.
+func paged(n int, uris ...string) *pager {
+	p := &pager{templates: []*mcp.ResourceTemplate{{URITemplate: "demo://t/{x}", Name: "t"}, nil}}
+	for c := range slices.Chunk(uris, n) {
+		var page []*mcp.Resource
+		for _, u := range c {
+			page = append(page, &mcp.Resource{URI: u, Name: "n", MIMEType: "text/plain"})
+		}
+		p.pages = append(p.pages, page)
+	}
+	return p
+}
+
+// The set digest, the entries and the duplicate count describe the multiset, whatever the
+// order the server lists it in: entries are digested as they arrive while they arrive in set
+// order, and sorted at the end once one does not (the last page, a middle page, the first).
+func TestScanDigestIsOrderFree(t *testing.T) {
+	var sorted []string
+	for i := range 50 {
+		sorted = append(sorted, fmt.Sprintf("demo://r/%03d", i))
+	}
+	sorted = append(sorted, "demo://r/049") // listed twice, adjacent
+	slices.Sort(sorted)
+	reversed := slices.Clone(sorted)
+	slices.Reverse(reversed)
+	lastSwapped := slices.Clone(sorted)
+	n := len(lastSwapped)
+	lastSwapped[n-1], lastSwapped[n-2] = lastSwapped[n-2], lastSwapped[n-1]
+	middle := slices.Clone(sorted)
+	middle[20], middle[30] = middle[30], middle[20]
+	want := discovery.Scan(t.Context(), paged(7, sorted...), discovery.Options{})
+	if !want.Complete || want.Duplicates != 1 || want.Resources != 51 || want.Templates != 1 {
+		t.Fatalf("sorted listing: complete %v, %d resources, %d templates, %d duplicates; want complete, 51, 1, 1",
+			want.Complete, want.Resources, want.Templates, want.Duplicates)
+	}
+	for _, tc := range []struct {
+		name string
+		uris []string
+	}{{"reversed", reversed}, {"last two swapped", lastSwapped}, {"middle swapped", middle}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := discovery.Scan(t.Context(), paged(7, tc.uris...), discovery.Options{})
+			type view struct {
+				Digest     string
+				Duplicates int
+				Entries    []discovery.Entry
+			}
+			if diff := cmp.Diff(view{want.SetDigest, want.Duplicates, want.Entries}, view{got.SetDigest, got.Duplicates, got.Entries}); diff != "" {
+				t.Errorf("(-sorted listing +%s):\n%s", tc.name, diff)
+			}
+		})
+	}
+	renamed := paged(7, sorted...)
+	renamed.pages[6][1].Name = "other"
+	if got := discovery.Scan(t.Context(), renamed, discovery.Options{}); got.SetDigest == want.SetDigest {
+		t.Errorf("a renamed resource on the last page left the digest at %s", got.SetDigest)
+	}
+}
+
+// BenchmarkScanEntries measures what a round costs beside its requests: building, normalizing
+// and digesting 100,000 entries listed in pages of 100 by a lister that answers at once.
+func BenchmarkScanEntries(b *testing.B) {
+	var uris []string
+	for i := range 100000 {
+		uris = append(uris, fmt.Sprintf("demo://items/%06d", i))
+	}
+	p := paged(100, uris...)
+	for b.Loop() {
+		if r := discovery.Scan(b.Context(), p, discovery.Options{CursorKey: []byte("k")}); r.Resources != len(uris) {
+			b.Fatalf("%d resources, want %d", r.Resources, len(uris))
+		}
+	}
+}
