@@ -10,7 +10,7 @@
 // With -era 2026-07-28 the server speaks both eras and every listing (raw, one round, the A/B
 // scan) runs on a 2026-07-28 session.
 //
-//	go run ./bench/scan [-resources 100000] [-page 100] [-runs 3] [-era 2025-11-25|2026-07-28]
+//	go run ./bench/scan [-resources 100000] [-page 100] [-runs 5] [-era 2025-11-25|2026-07-28]
 package main
 
 import (
@@ -37,7 +37,7 @@ import (
 func main() {
 	n := flag.Int("resources", 100000, "resources on the server")
 	page := flag.Int("page", 100, "the server's page size")
-	runs := flag.Int("runs", 3, "measurements of each kind (the median is reported)")
+	runs := flag.Int("runs", 5, "measurements of each kind (the median is reported)")
 	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of a Postgres server (empty: start a private one)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurements to this file")
 	era := flag.String("era", chaosmcp.ProtocolVersion, "protocol era of every session: "+chaosmcp.ProtocolVersion+" or "+chaosmcp.ProtocolModern)

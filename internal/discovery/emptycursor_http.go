@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/mcpsync/mcpsync"
 )
 
 // maxTranslatedBody bounds the request and JSON response bodies TranslateEmptyCursorsHTTP
@@ -36,7 +38,7 @@ type emptyCursorRoundTripper struct{ next http.RoundTripper }
 
 // RoundTrip rewrites a 2026-07-28 list request and its response.
 func (t *emptyCursorRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodPost || req.Body == nil || req.GetBody == nil {
+	if req.Method != http.MethodPost || req.Body == nil || req.GetBody == nil || LegacyRequest(req.Header) {
 		return t.next.RoundTrip(req)
 	}
 	body, err := req.GetBody()
@@ -192,4 +194,13 @@ func sameJSON(a, b json.RawMessage) bool {
 		return x == y
 	}
 	return false
+}
+
+// LegacyRequest reports whether an MCP HTTP request's Mcp-Protocol-Version header names a
+// revision before 2026-07-28: such a request is neither a listen nor a 2026-07-28 list, so the
+// transport taps pass it on without reading its body (the go-sdk sends the header on every
+// request after initialize; a request without it is read).
+func LegacyRequest(h http.Header) bool {
+	v := h.Get("Mcp-Protocol-Version")
+	return v != "" && v < mcpsync.ProtocolVersion20260728
 }

@@ -67,3 +67,20 @@ func TestTranslateEmptyCursorsHTTPBodies(t *testing.T) {
 		})
 	}
 }
+
+// The transport taps pass a request on unread only when its header names an era before
+// 2026-07-28; one without the header, or of 2026-07-28 and later, is read.
+func TestLegacyRequest(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   bool
+	}{{"", false}, {"2024-11-05", true}, {"2025-11-25", true}, {"2026-07-28", false}, {"2027-01-01", false}} {
+		h := http.Header{}
+		if tc.header != "" {
+			h.Set("Mcp-Protocol-Version", tc.header)
+		}
+		if got := discovery.LegacyRequest(h); got != tc.want {
+			t.Errorf("LegacyRequest(Mcp-Protocol-Version %q) = %v, want %v", tc.header, got, tc.want)
+		}
+	}
+}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpsync/mcpsync/internal/discovery"
 )
 
 // ListenSet watches a set of URIs on one 2026-07-28 client session through
@@ -933,7 +935,7 @@ type listenTap struct {
 }
 
 func (t *listenTap) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodPost || req.Body == nil || req.GetBody == nil {
+	if req.Method != http.MethodPost || req.Body == nil || req.GetBody == nil || discovery.LegacyRequest(req.Header) {
 		return t.next.RoundTrip(req)
 	}
 	body, err := req.GetBody()
