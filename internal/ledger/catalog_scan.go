@@ -160,7 +160,7 @@ func (s *Store) EndScan(ctx context.Context, end ScanEnd, entries []ScanEntry) (
 type PendingEntries struct {
 	tx      pgx.Tx
 	scanID  int64
-	batches [][]any
+	entries []ScanEntry // cut into batches by Store, off the caller's path to the next round
 }
 
 // Store writes the entries and points the round at them (entries_scan_id), in the
@@ -168,7 +168,7 @@ type PendingEntries struct {
 // stays COMPLETE without entries (entries_scan_id NULL): the next round of the same set then
 // stores them itself (EndScan), and no catalog is published on this round's entries.
 func (p *PendingEntries) Store(ctx context.Context) error {
-	err := copyEntries(ctx, p.tx, p.batches)
+	err := copyEntries(ctx, p.tx, entryBatches(p.scanID, p.entries))
 	if err == nil {
 		_, err = p.tx.Exec(ctx, `UPDATE discovery_scans SET entries_scan_id = id WHERE id = $1 AND entries_scan_id IS NULL`, p.scanID)
 	}
@@ -214,7 +214,7 @@ func (s *Store) EndScanDeferred(ctx context.Context, end ScanEnd, entries []Scan
 	if stored != nil {
 		return ended, nil, nil // an earlier round holds the set
 	}
-	p := &PendingEntries{scanID: end.ScanID, batches: entryBatches(end.ScanID, entries)}
+	p := &PendingEntries{scanID: end.ScanID, entries: entries}
 	if p.tx, err = s.pool.BeginTx(ctx, readCommitted); err != nil {
 		return ended, nil, fmt.Errorf("ledger: end scan %d: store entries: %w", end.ScanID, err)
 	}
