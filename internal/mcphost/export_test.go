@@ -52,3 +52,11 @@ const (
 	BurstQuiet   = burstQuiet
 	ReadQuietMax = readQuietMax
 )
+
+// ControlAcknowledged reports whether the set's current control stream (list-changed) has
+// been acknowledged.
+func (l *ListenSet) ControlAcknowledged() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.control != nil && l.control.acked
+}
