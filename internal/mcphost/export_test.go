@@ -60,3 +60,7 @@ func (l *ListenSet) ControlAcknowledged() bool {
 	defer l.mu.Unlock()
 	return l.control != nil && l.control.acked
 }
+
+// SetTapEndHook makes every HTTP listen tap run f when its stream's body has ended, before it
+// decides how the stream ended (nil: none).
+func SetTapEndHook(f func()) { tapEndHook = f }

@@ -963,13 +963,16 @@ func (t *listenTap) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	id := rawID(msg.ID)
 	// The ListenSet may cancel the request (no acknowledgement in time), headers not yet
-	// received included.
-	ctx, cancel := context.WithCancel(req.Context())
+	// received included. Only the go-sdk's own context says the client gave the listen up:
+	// the derived one is also cancelled when the go-sdk closes the body after a transport
+	// drop, which is an end the ListenSet must see.
+	sdkCtx := req.Context()
+	ctx, cancel := context.WithCancel(sdkCtx)
 	req = req.WithContext(ctx)
 	t.l.sent(token, id, cancel)
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
-		if req.Context().Err() == nil {
+		if sdkCtx.Err() == nil {
 			t.l.ended(token, id, err, false)
 		}
 		cancel()
@@ -983,7 +986,7 @@ func (t *listenTap) RoundTrip(req *http.Request) (*http.Response, error) {
 	pr, pw := io.Pipe()
 	tee := io.TeeReader(resp.Body, pw)
 	resp.Body = &tapBody{ReadCloser: resp.Body, r: tee, pw: pw, cancel: cancel}
-	go t.watch(req.Context(), token, id, pr)
+	go t.watch(sdkCtx, token, id, pr)
 	return resp, nil
 }
 
@@ -1012,8 +1015,13 @@ func (b *tapBody) Close() error {
 	return err
 }
 
+// tapEndHook, if set (tests), runs when a tap's reader has seen its stream's body end,
+// before it decides how the stream ended.
+var tapEndHook func()
+
 // watch reads a listen's SSE events until the stream ends, and reports the end: a response
-// with the listen's ID (complete, or the server's error), or none (an unexpected end).
+// with the listen's ID (complete, or the server's error), or none (an unexpected end). ctx is
+// the go-sdk's context of the request: cancelled, the client gave the listen up.
 func (t *listenTap) watch(ctx context.Context, token, id string, r *io.PipeReader) {
 	defer func() { _, _ = io.Copy(io.Discard, r) }()
 	sc := bufio.NewScanner(r)
@@ -1037,6 +1045,9 @@ func (t *listenTap) watch(ctx context.Context, token, id string, r *io.PipeReade
 	}
 	if t.event(token, id, data.Bytes()) {
 		return
+	}
+	if tapEndHook != nil {
+		tapEndHook()
 	}
 	if ctx.Err() != nil {
 		return // cancelled by the client

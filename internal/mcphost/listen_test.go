@@ -392,7 +392,9 @@ func TestListenStaleSubscriptionID(t *testing.T) {
 
 // TestListenDropReopens: a stream cut without its complete result is an epoch: OnEpoch gets
 // its URIs, the stream is re-opened and acknowledged again, and updates flow again; the
-// go-sdk's own list-changed listen is adopted and re-opened too.
+// go-sdk's own list-changed listen is adopted and re-opened too. "slow tap": the tap's reader
+// decides how the stream ended only after the go-sdk has closed the body (as on a loaded
+// machine); the end is still an epoch.
 func TestListenDropReopens(t *testing.T) {
 	cases := []struct {
 		name        string
@@ -401,12 +403,19 @@ func TestListenDropReopens(t *testing.T) {
 		// deliversLC: the server sends list_changed on a modern listen stream (chaosmcp sends
 		// it only to initialized legacy sessions).
 		deliversLC bool
+		slowTap    bool
 	}{
-		{"chaos-http", listenServers[0].mk, true, false},
-		{"mcpgo-http", listenServers[2].mk, true, true},
+		{"chaos-http", listenServers[0].mk, true, false, false},
+		{"mcpgo-http", listenServers[2].mk, true, true, false},
+		{"chaos-http slow tap", listenServers[0].mk, true, false, true},
+		{"mcpgo-http slow tap", listenServers[2].mk, true, true, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.slowTap {
+				mcphost.SetTapEndHook(func() { time.Sleep(100 * time.Millisecond) })
+				t.Cleanup(func() { mcphost.SetTapEndHook(nil) })
+			}
 			srv := tc.mk(t, "demo://a", "demo://b")
 			r := newListenRig(t, srv, mcphost.ListenOptions{BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}, tc.listChanged)
 			r.watch(t, "demo://a", "demo://b")
