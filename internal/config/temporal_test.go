@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/harness/testpki"
@@ -170,6 +171,29 @@ type fakeFrontend struct {
 	workflowservice.UnimplementedWorkflowServiceServer
 	mu   sync.Mutex
 	auth []string
+	// encodings are the grpc-encoding headers of the requests received ("" for none).
+	encodings []string
+}
+
+// HandleRPC records each request's compression (stats.Handler).
+func (f *fakeFrontend) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if h, ok := s.(*stats.InHeader); ok && !h.Client && h.FullMethod != "" {
+		f.mu.Lock()
+		f.encodings = append(f.encodings, h.Compression)
+		f.mu.Unlock()
+	}
+}
+
+func (f *fakeFrontend) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (f *fakeFrontend) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (f *fakeFrontend) HandleConn(context.Context, stats.ConnStats) {}
+
+func (f *fakeFrontend) seenEncodings() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.encodings...)
 }
 
 func (f *fakeFrontend) seen() []string {
@@ -185,7 +209,7 @@ func startFake(t *testing.T, tlsCfg *tls.Config) (*fakeFrontend, string) {
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
-	opts = append(opts, grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	opts = append(opts, grpc.StatsHandler(f), grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		f.mu.Lock()
 		f.auth = append(f.auth, md.Get("authorization")...)
@@ -201,6 +225,72 @@ func startFake(t *testing.T, tlsCfg *tls.Config) (*fakeFrontend, string) {
 	go func() { _ = s.Serve(l) }()
 	t.Cleanup(s.Stop)
 	return f, l.Addr().String()
+}
+
+// A client of a loopback address sends its requests uncompressed (the embedded server: gzip
+// would cost CPU on both ends for nothing); a compression the caller asks for is kept, and
+// other addresses keep the SDK's default, gzip.
+func TestTemporalCompression(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		base client.GrpcCompression
+		want string // "none", "gzip" (asked for) or "default" (the SDK's: gzip)
+	}{
+		{"127.0.0.1:7233", nil, "none"},
+		{"127.9.8.7:7233", nil, "none"},
+		{"localhost:7233", nil, "none"},
+		{"LOCALHOST", nil, "none"},
+		{"[::1]:7233", nil, "none"},
+		{"127.0.0.1:7233", &client.GrpcCompressionGzip{}, "gzip"},
+		{"temporal.internal:7233", nil, "default"},
+		{"10.0.0.5:7233", nil, "default"},
+		{"localhost.example.com:7233", nil, "default"},
+		{"[2001:db8::1]:7233", nil, "default"},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			opts, err := config.TemporalConn{}.ClientOptions(tc.addr, "ns", client.Options{ConnectionOptions: client.ConnectionOptions{GrpcCompression: tc.base}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := "default"
+			switch opts.ConnectionOptions.GrpcCompression.(type) {
+			case *client.GrpcCompressionNone:
+				got = "none"
+			case *client.GrpcCompressionGzip:
+				got = "gzip"
+			}
+			if got != tc.want {
+				t.Errorf("compression %s, want %s", got, tc.want)
+			}
+		})
+	}
+
+	// On the wire: the server sees no grpc-encoding from a loopback dial, gzip when asked.
+	for _, tc := range []struct {
+		name string
+		base client.GrpcCompression
+		want string
+	}{{"loopback", nil, ""}, {"gzip asked for", &client.GrpcCompressionGzip{}, "gzip"}} {
+		t.Run("wire "+tc.name, func(t *testing.T) {
+			f, addr := startFake(t, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			c, err := config.TemporalConn{}.Dial(ctx, addr, "default", client.Options{ConnectionOptions: client.ConnectionOptions{GrpcCompression: tc.base}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			got := f.seenEncodings()
+			if len(got) == 0 {
+				t.Fatal("the server saw no request")
+			}
+			for _, e := range got {
+				if e != tc.want {
+					t.Fatalf("request encodings %q, want every one %q", got, tc.want)
+				}
+			}
+		})
+	}
 }
 
 // TEMPORAL_API_KEY reaches the server as "Authorization: Bearer …", over TLS verified with
