@@ -4,7 +4,11 @@
 // own, exactly as scripts/run.sh does, registers one stdio source (bin/mcpsync-demo-server
 // with --resources), subscribes N URIs in one bulk `mcpsync subscribe --uris-file` call and
 // reports:
-//   - the time until all N are ACTIVE with their first accepted version;
+//   - the time until all N are ACTIVE with their first accepted version, and the start rate
+//     next to the floor's: first, on a fresh mcpsync-dev of its own (stopped before mcpsync's
+//     starts), -floor entity workflows of internal/harness/floor, the cheapest workflow that
+//     starts and runs one local activity in its first workflow task, started -parallel at a
+//     time under a worker with mcpsync-worker's pollers;
 //   - the RSS (VmRSS and peak VmHWM) of the worker, of mcpsync-dev (Temporal server + UI) and
 //     of its PostgreSQL processes at N;
 //   - after a session change (the stdio server process is killed; the worker restarts it), the
@@ -44,8 +48,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
 
+	mcpconfig "github.com/mcpsync/mcpsync/internal/config"
+	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
+	"github.com/mcpsync/mcpsync/internal/harness/floor"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
@@ -60,15 +69,19 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the data directory and logs")
 	persistence := flag.String("persistence", "", "mcpsync-dev --temporal-persistence (empty: its default, the one make run uses)")
 	budget := flag.Duration("budget", 0, "stop every phase when this much time has passed since the start and report how far it got (0: only -timeout per phase)")
+	floorN := flag.Int("floor", -1, "floor entity workflows started first on a fresh server of their own (-1: N; 0: no floor)")
 	cacheSize := flag.Int("cache-size", 0, "run the worker with this sticky workflow cache size ("+workerapp.EnvWorkflowCacheSize+"; 0: the worker's default or the variable's value)")
 	flag.Parse()
-	if *n < 2 || *parallel < 1 || *timeout <= 0 || *interval <= 0 || *budget < 0 || *cacheSize < 0 || *probe < 0 || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "scale: -n must be ≥ 2, -parallel ≥ 1, -timeout and -interval positive, -budget, -probe and -cache-size not negative, no positional arguments")
+	if *floorN == -1 {
+		*floorN = *n
+	}
+	if *n < 2 || *parallel < 1 || *timeout <= 0 || *interval <= 0 || *budget < 0 || *cacheSize < 0 || *probe < 0 || *floorN < 0 || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "scale: -n must be ≥ 2, -parallel ≥ 1, -timeout and -interval positive, -budget, -probe, -cache-size and -floor (but -1) not negative, no positional arguments")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := config{n: *n, bin: *bin, parallel: *parallel, timeout: *timeout, interval: *interval, probe: *probe, backstop: *backstop,
+	c := config{n: *n, floor: *floorN, bin: *bin, parallel: *parallel, timeout: *timeout, interval: *interval, probe: *probe, backstop: *backstop,
 		keep: *keep, persistence: *persistence, cacheSize: *cacheSize, started: time.Now()}
 	if *budget > 0 {
 		c.deadline = c.started.Add(*budget)
@@ -81,7 +94,7 @@ func main() {
 
 // config is the command line.
 type config struct {
-	n, parallel, cacheSize             int
+	n, parallel, cacheSize, floor      int
 	bin, persistence                   string
 	timeout, interval, probe, backstop time.Duration
 	keep                               bool
@@ -136,23 +149,25 @@ func run(ctx context.Context, c config) error {
 	}
 	self := strconv.Itoa(os.Getpid())
 
-	// mcpsync-dev on free ports, its own PostgreSQL (DATABASE_URL unset), as make run.
-	ports, err := freePorts(3)
-	if err != nil {
-		return err
-	}
 	baseEnv := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "TEMPORAL_")
 	})
-	devArgs := []string{"--data-dir", dir + "/data", "--frontend-port", ports[0], "--ui-port", ports[1], "--pg-port", ports[2], "--parent-pid", self}
-	if persistence != "" {
-		devArgs = append(devArgs, "--temporal-persistence", persistence)
-	} else {
+	if persistence == "" {
 		persistence = "mcpsync-dev default"
 	}
 	fmt.Printf("scale: backstop %s (%.1f refresh reads/s at %d)\n", backstop, float64(n)/backstop.Seconds(), n)
+
+	// Phase 0: the floor, on a fresh mcpsync-dev of its own that is stopped before mcpsync's.
+	var fl floor.StartResult
+	if c.floor > 0 {
+		if fl, err = runFloor(ctx, c, dir, baseEnv, bin, self); err != nil {
+			return err
+		}
+	}
+
 	fmt.Printf("scale: %d subscriptions on one stdio source; embedded Temporal (bin/mcpsync-dev, persistence: %s) and bin/mcpsync-worker as processes\n", n, persistence)
-	dev, err := startProc(dir, "dev", baseEnv, filepath.Join(bin, "mcpsync-dev"), devArgs...)
+	stackBegan := time.Now()
+	dev, devEnv, err := startDev(dir, "dev", baseEnv, bin, c.persistence, self)
 	if err != nil {
 		return err
 	}
@@ -162,24 +177,6 @@ func run(ctx context.Context, c config) error {
 			stopProcs(dev)
 		}
 	}()
-	devEnv, err := awaitEnv(dir+"/data/dev.env", dev, 5*time.Minute)
-	if err != nil {
-		// The data directory goes away without -keep: show why mcpsync-dev stopped.
-		if b, rerr := os.ReadFile(filepath.Join(dir, "dev.log")); rerr == nil {
-			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-			for _, l := range lines[max(0, len(lines)-20):] {
-				fmt.Println("scale: dev.log:", l)
-			}
-		}
-		return err
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "dev.log")); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "mcpsync-dev ready") {
-				fmt.Println("scale:", l)
-			}
-		}
-	}
 	env := append(slices.Clone(baseEnv), devEnv...)
 	metricsPort, err := freePorts(1)
 	if err != nil {
@@ -231,7 +228,7 @@ func run(ctx context.Context, c config) error {
 	}
 	idle := readRSS(worker.Process.Pid, dev.Process.Pid)
 	fmt.Printf("scale: stack up in %.1f s (mcpsync-dev pid %d, worker pid %d); idle RSS worker %s, mcpsync-dev %s; postgres PSS %s\n",
-		time.Since(c.started).Seconds(), dev.Process.Pid, worker.Process.Pid, mib(idle.worker.rss), mib(idle.dev.rss), mib(idle.pg.rss))
+		time.Since(stackBegan).Seconds(), dev.Process.Pid, worker.Process.Pid, mib(idle.worker.rss), mib(idle.dev.rss), mib(idle.pg.rss))
 
 	uris := []string{"demo://clock/now"}
 	for i := range n - 1 {
@@ -294,6 +291,7 @@ func run(ctx context.Context, c config) error {
 		fmt.Printf("bench: scale-active-reached-%d %d subscriptions (baseline scale-goal-%d %d subscriptions, ratio %.2f)\n", n, lastActive, n, n, float64(lastActive)/float64(n))
 		fmt.Printf("bench: scale-active-after-%d %.1f s\n", n, tActive.Seconds())
 		fmt.Printf("bench: scale-start-rate-%d %.1f /s (baseline goal-start-rate %.1f /s, ratio %.2f)\n", n, rate, goalStartRate, rate/goalStartRate)
+		printVsFloor(n, rate, fl)
 		if rate > 0 {
 			fmt.Printf("bench: scale-active-projected-%d %.0f s (baseline goal-active-%d 120 s, ratio %.2f)\n", n, float64(n)/rate, n, float64(n)/rate/120)
 		}
@@ -316,6 +314,7 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("bench: scale-subscribe-cli-%d %.1f s\n", n, cliTook.Seconds())
 	rate := float64(n) / tActive.Seconds()
 	fmt.Printf("bench: scale-start-rate-%d %.1f /s (baseline goal-start-rate %.1f /s, ratio %.2f)\n", n, rate, goalStartRate, rate/goalStartRate)
+	printVsFloor(n, rate, fl)
 	fmt.Printf("bench: worker-rss-%d %s (baseline worker-rss-idle %s, ratio %.1f)\n", n, mib(atN.worker.rss), mib(idle.worker.rss), ratio(atN.worker.rss, idle.worker.rss))
 	fmt.Printf("bench: devtemporal-rss-%d %s (baseline devtemporal-rss-idle %s, ratio %.1f)\n", n, mib(atN.dev.rss), mib(idle.dev.rss), ratio(atN.dev.rss, idle.dev.rss))
 	fmt.Printf("bench: postgres-pss-%d %s (baseline postgres-pss-idle %s, ratio %.1f)\n", n, mib(atN.pg.rss), mib(idle.pg.rss), ratio(atN.pg.rss, idle.pg.rss))
@@ -527,6 +526,106 @@ func freePorts(k int) ([]string, error) {
 		out = append(out, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
 	}
 	return out, nil
+}
+
+// startDev runs bin/mcpsync-dev on free ports with its own PostgreSQL (DATABASE_URL unset), as
+// make run does, its data in dir/<name>-data (dir/data for "dev") and its log in
+// dir/<name>.log, and returns it with the KEY=VALUE lines of its dev.env once it is ready.
+// persistence is its --temporal-persistence ("": its default).
+func startDev(dir, name string, baseEnv []string, bin, persistence, self string) (*exec.Cmd, []string, error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, nil, err
+	}
+	data := filepath.Join(dir, name+"-data")
+	if name == "dev" {
+		data = filepath.Join(dir, "data")
+	}
+	args := []string{"--data-dir", data, "--frontend-port", ports[0], "--ui-port", ports[1], "--pg-port", ports[2], "--parent-pid", self}
+	if persistence != "" {
+		args = append(args, "--temporal-persistence", persistence)
+	}
+	dev, err := startProc(dir, name, baseEnv, filepath.Join(bin, "mcpsync-dev"), args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	env, err := awaitEnv(filepath.Join(data, "dev.env"), dev, 5*time.Minute)
+	if err != nil {
+		stopProcs(dev)
+		// The data directory goes away without -keep: show why mcpsync-dev stopped.
+		if b, rerr := os.ReadFile(filepath.Join(dir, name+".log")); rerr == nil {
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			for _, l := range lines[max(0, len(lines)-20):] {
+				fmt.Printf("scale: %s.log: %s\n", name, l)
+			}
+		}
+		return nil, nil, err
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, name+".log")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "mcpsync-dev ready") {
+				fmt.Println("scale:", l)
+			}
+		}
+	}
+	return dev, env, nil
+}
+
+// runFloor measures the floor of the start phase: on a fresh mcpsync-dev of its own (same
+// persistence), c.floor of the cheapest entity workflow (internal/harness/floor: started with
+// c.parallel calls in flight, up once its first workflow task has run one local activity)
+// under a worker in this process with mcpsync-worker's pollers. It gets at most 30 % of
+// -budget. That mcpsync-dev is stopped and its data removed (kept with -keep) before it
+// returns.
+func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, self string) (floor.StartResult, error) {
+	fmt.Printf("scale: floor: %d entity workflows on a fresh bin/mcpsync-dev of their own, %d starts in flight\n", c.floor, c.parallel)
+	dev, env, err := startDev(dir, "floor-dev", baseEnv, bin, c.persistence, self)
+	if err != nil {
+		return floor.StartResult{}, err
+	}
+	defer func() {
+		stopProcs(dev)
+		if !c.keep {
+			if err := pgcluster.RemoveRelocated(filepath.Join(dir, "floor-dev-data", "pg")); err != nil {
+				fmt.Fprintln(os.Stderr, "scale:", err)
+			}
+			_ = os.RemoveAll(filepath.Join(dir, "floor-dev-data"))
+		}
+	}()
+	tc, err := mcpconfig.TemporalConn{}.Dial(ctx, envValue(env, "TEMPORAL_ADDRESS"), envValue(env, "TEMPORAL_NAMESPACE"),
+		client.Options{Logger: devtemporal.SDKLogger(zap.NewNop())})
+	if err != nil {
+		return floor.StartResult{}, err
+	}
+	defer tc.Close()
+	began := time.Now()
+	end := began.Add(c.timeout)
+	if !c.deadline.IsZero() {
+		if share := began.Add(c.deadline.Sub(began) * 3 / 10); share.Before(end) {
+			end = share
+		}
+	}
+	fl, err := floor.Starts(ctx, tc, "scale-floor", c.floor, floor.StartOptions{Parallel: c.parallel, Deadline: end,
+		Worker: workerapp.WorkerOptions()})
+	if err != nil {
+		return fl, err
+	}
+	fmt.Printf("scale: floor: %d of %d up (%d started) in %.1f s\n", fl.Up, fl.Workflows, fl.Started, fl.Elapsed.Seconds())
+	if fl.Up == fl.Workflows {
+		fmt.Printf("bench: floor-active-%d %.1f s (baseline goal-active-%d 120 s, ratio %.2f)\n", fl.Workflows, fl.Elapsed.Seconds(), fl.Workflows, fl.Elapsed.Seconds()/120)
+	} else {
+		fmt.Printf("bench: floor-active-reached-%d %d workflows in %.1f s (the floor's share of -budget)\n", fl.Workflows, fl.Up, fl.Elapsed.Seconds())
+	}
+	fmt.Printf("bench: floor-start-rate-%d %.1f /s (baseline goal-start-rate %.1f /s, ratio %.2f)\n", fl.Workflows, fl.PerSec, goalStartRate, fl.PerSec/goalStartRate)
+	return fl, nil
+}
+
+// printVsFloor prints mcpsync's start rate against the floor's, when the floor ran.
+func printVsFloor(n int, rate float64, fl floor.StartResult) {
+	if fl.Workflows == 0 || fl.PerSec <= 0 {
+		return
+	}
+	fmt.Printf("bench: scale-start-rate-of-floor-%d %.1f /s (baseline floor-start-rate-%d %.1f /s, ratio %.2f)\n", n, rate, fl.Workflows, fl.PerSec, rate/fl.PerSec)
 }
 
 // startProc starts a command in its own process group, its output in dir/name.log.

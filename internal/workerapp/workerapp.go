@@ -63,6 +63,10 @@ var workerOptions = worker.Options{
 	MaxConcurrentActivityTaskPollers: 8,
 }
 
+// WorkerOptions returns the worker options mcpsync's workers run with (its poller counts), for
+// a bench's floor to run with the same.
+func WorkerOptions() worker.Options { return workerOptions }
+
 // Worker is a running mcpsync worker.
 type Worker struct {
 	Store  *ledger.Store

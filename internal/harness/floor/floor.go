@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -361,6 +362,108 @@ func RunWithOptions(ctx context.Context, c client.Client, taskQueue string, n in
 	return res, nil
 }
 
+// StartOptions tune Starts; the zero value starts 32 at a time with a worker of default
+// options and no deadline.
+type StartOptions struct {
+	// Parallel is how many StartWorkflowExecution calls are in flight at once (default 32).
+	Parallel int
+	// Deadline, if not zero, stops the measurement: Starts then returns how many entities were
+	// up by then (Up < Workflows).
+	Deadline time.Time
+	// Worker configures the in-process worker that runs the entities.
+	Worker worker.Options
+}
+
+// StartResult is what Starts measured.
+type StartResult struct {
+	// Workflows is the number of entities asked for (n).
+	Workflows int
+	// Started is how many start calls succeeded; Up how many entities ran their start-up local
+	// activity (the end of their first workflow task's work).
+	Started, Up int
+	// Elapsed is from the first start call to the last entity up (or to the deadline).
+	Elapsed time.Duration
+	// PerSec is Up divided by Elapsed.
+	PerSec float64
+}
+
+// Starts measures the cheapest start of n entity workflows on taskQueue: each one started
+// (opts.Parallel calls in flight) runs its start-up local activity in its first workflow task
+// and then waits for signals, as a subscription workflow starts with its first read and then
+// waits. It returns when every entity is up, or at opts.Deadline with how many were. The
+// entities are left running: the caller measures on a server it discards afterwards. Nothing
+// in it touches Postgres or MCP.
+func Starts(ctx context.Context, c client.Client, taskQueue string, n int, opts StartOptions) (StartResult, error) {
+	if n <= 0 {
+		return StartResult{}, fmt.Errorf("floor: n (%d) must be positive", n)
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 32
+	}
+	rec := newRecorder()
+	w := worker.New(c, taskQueue, opts.Worker)
+	w.RegisterWorkflowWithOptions(entity(rec), workflow.RegisterOptions{Name: WorkflowName})
+	if err := w.Start(); err != nil {
+		return StartResult{}, fmt.Errorf("floor: start worker: %w", err)
+	}
+	defer w.Stop()
+	if !opts.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, opts.Deadline)
+		defer cancel()
+	}
+	var tag [4]byte
+	_, _ = crand.Read(tag[:])
+	prefix := "floor-start-" + hex.EncodeToString(tag[:]) + "-"
+	res := StartResult{Workflows: n}
+	var started atomic.Int64
+	began := time.Now()
+	err := forEachN(ctx, n, opts.Parallel, func(ctx context.Context, i int) error {
+		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: fmt.Sprintf("%s%05d", prefix, i), TaskQueue: taskQueue,
+			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		}, WorkflowName, input{Ready: -int64(i + 1)})
+		if err != nil {
+			return fmt.Errorf("floor: start %d: %w", i, err)
+		}
+		started.Add(1)
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return StartResult{}, err
+	}
+	var last time.Time
+	up := func(done map[int64]time.Time) int {
+		k := 0
+		for i := range n {
+			if at, ok := done[-int64(i+1)]; ok {
+				k++
+				if at.After(last) {
+					last = at
+				}
+			}
+		}
+		return k
+	}
+	_ = rec.waitFor(ctx, func(done map[int64]time.Time) bool { return up(done) == n })
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return StartResult{}, err
+	}
+	rec.mu.Lock()
+	last = began
+	res.Up = up(rec.done)
+	rec.mu.Unlock()
+	res.Started = int(started.Load())
+	res.Elapsed = last.Sub(began)
+	if res.Up < n {
+		res.Elapsed = time.Since(began)
+	}
+	if res.Elapsed > 0 {
+		res.PerSec = float64(res.Up) / res.Elapsed.Seconds()
+	}
+	return res, nil
+}
+
 // Percentile returns the p-quantile (0..1) of lat by the nearest-rank rule, 0 for none; it
 // sorts lat in place.
 func Percentile(lat []time.Duration, p float64) time.Duration {
@@ -404,9 +507,14 @@ func terminate(ctx context.Context, c client.Client, ids []string) (int, error) 
 // forEach runs fn for 0..n-1 with at most 32 calls at once and returns the first error; after
 // an error, the remaining calls see a cancelled context.
 func forEach(ctx context.Context, n int, fn func(context.Context, int) error) error {
+	return forEachN(ctx, n, 32, fn)
+}
+
+// forEachN is forEach with at most parallel calls at once.
+func forEachN(ctx context.Context, n, parallel int, fn func(context.Context, int) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sem := make(chan struct{}, 32)
+	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	for i := range n {
 		if ctx.Err() != nil {

@@ -2,6 +2,7 @@ package floor_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,40 @@ func TestRunEverySignalRunsItsLocalActivity(t *testing.T) {
 			}
 			if byType != total.Events || total.ByType["WorkflowExecutionSignaled"] < res.Accepted {
 				t.Errorf("events by type %v (sum %d) for %d events and %d accepted signals", total.ByType, byType, total.Events, res.Accepted)
+			}
+		})
+	}
+}
+
+// TestStarts: every entity started is up (its start-up local activity ran) before Starts
+// returns, each counted once; a deadline already passed starts nothing and is not an error.
+func TestStarts(t *testing.T) {
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	c := ts.NewClientWithOptions(client.Options{Namespace: ts.GetDefaultNamespace()})
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+
+	type counts struct{ Workflows, Started, Up int }
+	for _, tc := range []struct {
+		name string
+		n    int
+		opts floor.StartOptions
+		want counts
+	}{
+		{"all up", 12, floor.StartOptions{Parallel: 4}, counts{12, 12, 12}},
+		{"deadline passed", 5, floor.StartOptions{Deadline: time.Now()}, counts{5, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := floor.Starts(ctx, c, "floor-starts-"+strings.ReplaceAll(tc.name, " ", "-"), tc.n, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, counts{res.Workflows, res.Started, res.Up}); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if res.Up > 0 && (res.Elapsed <= 0 || res.PerSec <= 0) {
+				t.Errorf("elapsed %s, %.1f/s for %d up", res.Elapsed, res.PerSec, res.Up)
 			}
 		})
 	}
