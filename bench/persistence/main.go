@@ -48,18 +48,19 @@ func main() {
 	n := flag.Int("workflows", 1000, "entity workflows (subscriptions)")
 	rate := flag.Float64("rate", 150, "offered signals per second")
 	d := flag.Duration("duration", 20*time.Second, "length of each offered phase")
+	drain := flag.Duration("drain", time.Minute, "after each offered phase, how long signals not yet handled are waited for (then they count as never accepted)")
 	runs := flag.Int("runs", 1, "measurements of each persistence, interleaved (the median is reported)")
 	extra := flag.Bool("extra", false, "also measure PostgreSQL with synchronous_commit=off (labelled; not durable)")
 	only := flag.String("only", "", "comma-separated persistences to measure (default: all; memory is the baseline and always runs)")
 	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_TEMPORAL_DATABASE_URL"), "admin URL of a PostgreSQL server for Temporal's databases (empty: start a private durable cluster, as make run does)")
 	flag.Parse()
-	if *n <= 0 || *rate <= 0 || *d <= 0 || *runs <= 0 {
-		fmt.Fprintln(os.Stderr, "persistence bench: -workflows, -rate, -duration and -runs must be positive")
+	if *n <= 0 || *rate <= 0 || *d <= 0 || *runs <= 0 || *drain <= 0 {
+		fmt.Fprintln(os.Stderr, "persistence bench: -workflows, -rate, -duration, -drain and -runs must be positive")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *n, *rate, *d, *runs, *extra, *only, *admin); err != nil {
+	if err := run(ctx, *n, *rate, *d, *drain, *runs, *extra, *only, *admin); err != nil {
 		fmt.Fprintln(os.Stderr, "persistence bench:", redact.Text(err.Error()))
 		os.Exit(1)
 	}
@@ -73,7 +74,7 @@ type variant struct {
 	start func(ctx context.Context) (client.Client, func(), error)
 }
 
-func run(ctx context.Context, n int, rate float64, d time.Duration, runs int, extra bool, only, admin string) error {
+func run(ctx context.Context, n int, rate float64, d, drain time.Duration, runs int, extra bool, only, admin string) error {
 	tmp, err := os.MkdirTemp("", "mcpsync-persistence-bench-")
 	if err != nil {
 		return err
@@ -178,7 +179,7 @@ func run(ctx context.Context, n int, rate float64, d time.Duration, runs int, ex
 	results := map[string][]result{}
 	for r := range runs {
 		for _, v := range variants {
-			res, err := measure(ctx, v, n, rate, d, r, pgPID)
+			res, err := measure(ctx, v, n, rate, d, drain, r, pgPID)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -235,7 +236,7 @@ type cpuSample struct {
 
 // measure starts v's server, runs the floor on it while sampling CPU time, and stops the
 // server.
-func measure(ctx context.Context, v variant, n int, rate float64, d time.Duration, r, pgPID int) (result, error) {
+func measure(ctx context.Context, v variant, n int, rate float64, d, drain time.Duration, r, pgPID int) (result, error) {
 	c, stop, err := v.start(ctx)
 	if err != nil {
 		return result{}, err
@@ -257,7 +258,7 @@ func measure(ctx context.Context, v variant, n int, rate float64, d time.Duratio
 			}
 		}
 	}()
-	res, err := floor.Run(ctx, c, fmt.Sprintf("floor-%s-%d", v.name, r), n, rate, d)
+	res, err := floor.RunWithOptions(ctx, c, fmt.Sprintf("floor-%s-%d", v.name, r), n, rate, d, floor.Options{Drain: drain})
 	close(done)
 	<-sampled
 	if err != nil {

@@ -10,7 +10,10 @@
 // With -era 2026-07-28 the server speaks both eras and every listing (raw, one round, the A/B
 // scan) runs on a 2026-07-28 session.
 //
-//	go run ./bench/scan [-resources 100000] [-page 100] [-runs 5] [-era 2025-11-25|2026-07-28]
+// With -budget, changed-set runs stop early (the medians are of those measured, and it says
+// so) when another would leave no time for the unchanged one.
+//
+//	go run ./bench/scan [-resources 100000] [-page 100] [-runs 5] [-budget 50s] [-era 2025-11-25|2026-07-28]
 package main
 
 import (
@@ -40,8 +43,13 @@ func main() {
 	runs := flag.Int("runs", 5, "measurements of each kind (the median is reported)")
 	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of a Postgres server (empty: start a private one)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurements to this file")
+	budget := flag.Duration("budget", 0, "the run's time budget: changed-set runs stop when the next would not fit beside the unchanged one (0: no limit)")
 	era := flag.String("era", chaosmcp.ProtocolVersion, "protocol era of every session: "+chaosmcp.ProtocolVersion+" or "+chaosmcp.ProtocolModern)
 	flag.Parse()
+	if *runs < 1 || *budget < 0 {
+		fmt.Fprintln(os.Stderr, "scan bench: -runs must be at least 1 and -budget not negative")
+		os.Exit(2)
+	}
 	if *era != chaosmcp.ProtocolVersion && *era != chaosmcp.ProtocolModern {
 		fmt.Fprintf(os.Stderr, "scan bench: -era %q: want %s or %s\n", *era, chaosmcp.ProtocolVersion, chaosmcp.ProtocolModern)
 		os.Exit(2)
@@ -59,14 +67,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *n, *page, *runs, *admin, *era); err != nil {
+	if err := run(ctx, *n, *page, *runs, *budget, *admin, *era); err != nil {
 		fmt.Fprintln(os.Stderr, "scan bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, n, page, runs int, admin, era string) error {
+func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, era string) error {
 	opts := chaosmcp.Options{Name: "bench", Version: "1", PageSize: page}
 	if era == chaosmcp.ProtocolModern {
 		opts.ProtocolVersions = chaosmcp.AllProtocolVersions
@@ -110,8 +118,14 @@ func run(ctx context.Context, n, page, runs int, admin, era string) error {
 	// list_changed would start scans of its own; the measured scans are the CLI's.
 	srv.SuppressListChanged(true)
 	var raw, direct, changed, unchanged []time.Duration
+	var longest time.Duration // the longest run so far (raw listing, one round, A/B scan)
 	for i := 0; i <= runs; i++ {
 		cold := i < runs
+		if cold && budget > 0 && len(changed) > 0 && time.Since(start)+2*longest > budget {
+			fmt.Printf("scan bench: %d of %d changed-set runs measured: one more would leave no time for the unchanged set within -budget %s\n", len(changed), runs, budget)
+			i, cold = runs, false
+		}
+		runStart := time.Now()
 		if cold {
 			// A changed set: the scan stores its entries once (round B reuses round A's).
 			srv.Set(fmt.Sprintf("demo://items/new-%03d", i), "x", "text/plain")
@@ -162,6 +176,7 @@ func run(ctx context.Context, n, page, runs int, admin, era string) error {
 			kind = "unchanged set"
 			unchanged = append(unchanged, d)
 		}
+		longest = max(longest, time.Since(runStart))
 		fmt.Printf("A/B double scan, %s: %s = %s to round A, A %s, %s between, B %s, %s to catalog, %s to CLI exit\n",
 			kind, d.Round(time.Millisecond), a.StartedAt.Sub(t0).Round(time.Millisecond),
 			a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond), b.StartedAt.Sub(*a.EndedAt).Round(time.Millisecond),
@@ -169,7 +184,7 @@ func run(ctx context.Context, n, page, runs int, admin, era string) error {
 			t0.Add(d).Sub(c.PublishedAt).Round(time.Millisecond))
 	}
 	r := median(raw)
-	fmt.Printf("\nresources: %d, page size: %d, transport: streamable HTTP, era %s, medians of %d runs\n", n, page, era, runs)
+	fmt.Printf("\nresources: %d, page size: %d, transport: streamable HTTP, era %s, medians of %d changed-set runs\n", n, page, era, len(changed))
 	fmt.Printf("raw go-sdk listing (one pass):                            %s\n", r.Round(time.Millisecond))
 	fmt.Printf("one round's paging and digests alone (discovery.Scan):   %s  (2 rounds: %.2fx)\n",
 		median(direct).Round(time.Millisecond), 2*float64(median(direct))/float64(r))

@@ -220,6 +220,9 @@ func run(ctx context.Context, c config) error {
 		}
 		fmt.Printf("throughput: floor done in %s: %d signals, %d local activities, %d repeated, %d signal calls failed %q, %d workflows left unterminated\n",
 			time.Since(t).Round(time.Millisecond), fl.Sent, fl.Accepted, fl.Repeated, fl.SignalErrors, fl.SignalErrorSample, fl.Unterminated)
+		// Said now, so that a later phase that fails does not take the floor's figures with it.
+		fmt.Printf("throughput: floor at %.0f/s offered: %.1f accepted/s, p50 %.0f ms, p99 %.0f ms (never accepted counted as infinitely late)\n",
+			fl.Offered, fl.AcceptedPerSec, ms(fl.P50All), ms(fl.P99All))
 	}
 
 	e, err := prepare(ctx, st, c.n, time.Now().Add(min(5*time.Minute, b.left()-c.duration-c.baseline-30*time.Second)))

@@ -367,6 +367,10 @@ func RunWithOptions(ctx context.Context, c client.Client, taskQueue string, n in
 type StartOptions struct {
 	// Parallel is how many StartWorkflowExecution calls are in flight at once (default 32).
 	Parallel int
+	// Window bounds how many entities may be started and not yet up (default 200, as
+	// `mcpsync subscribe --window`): past it, starts wait, so that starts do not outrun the
+	// workflow tasks and leave a backlog of entities not up.
+	Window int
 	// Deadline, if not zero, stops the measurement: Starts then returns how many entities were
 	// up by then (Up < Workflows).
 	Deadline time.Time
@@ -388,7 +392,7 @@ type StartResult struct {
 }
 
 // Starts measures the cheapest start of n entity workflows on taskQueue: each one started
-// (opts.Parallel calls in flight) runs its start-up local activity in its first workflow task
+// (opts.Parallel calls in flight, at most opts.Window not yet up) runs its start-up local activity in its first workflow task
 // and then waits for signals, as a subscription workflow starts with its first read and then
 // waits. It returns when every entity is up, or at opts.Deadline with how many were. The
 // entities are left running: the caller measures on a server it discards afterwards. Nothing
@@ -399,6 +403,9 @@ func Starts(ctx context.Context, c client.Client, taskQueue string, n int, opts 
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 32
+	}
+	if opts.Window <= 0 {
+		opts.Window = 200
 	}
 	rec := newRecorder()
 	w := worker.New(c, taskQueue, opts.Worker)
@@ -418,7 +425,11 @@ func Starts(ctx context.Context, c client.Client, taskQueue string, n int, opts 
 	res := StartResult{Workflows: n}
 	var started atomic.Int64
 	began := time.Now()
+	// Entity i is admitted once fewer than Window of the i before it are not yet up.
 	err := forEachN(ctx, n, opts.Parallel, func(ctx context.Context, i int) error {
+		if err := rec.waitFor(ctx, func(done map[int64]time.Time) bool { return i-len(done) < opts.Window }); err != nil {
+			return err
+		}
 		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: fmt.Sprintf("%s%05d", prefix, i), TaskQueue: taskQueue,
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,

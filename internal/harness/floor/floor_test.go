@@ -118,6 +118,7 @@ func TestStarts(t *testing.T) {
 		want counts
 	}{
 		{"all up", 12, floor.StartOptions{Parallel: 4}, counts{12, 12, 12}},
+		{"window of 3", 12, floor.StartOptions{Parallel: 8, Window: 3}, counts{12, 12, 12}},
 		{"deadline passed", 5, floor.StartOptions{Deadline: time.Now()}, counts{5, 0, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
