@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"time"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 )
@@ -34,4 +36,11 @@ func NewTestNotifyQueue(capacity int, send func(method, uri string)) (push func(
 func HoldSubscribeUntilAnnounced() (restore func()) {
 	holdSubscribeUntilAnnounced.Store(true)
 	return func() { holdSubscribeUntilAnnounced.Store(false) }
+}
+
+// DelayVisibleSnapshot makes the snapshot of a principal's visible set, taken when its
+// server is made, wait d first (a slow database), until restore runs.
+func DelayVisibleSnapshot(d time.Duration) (restore func()) {
+	recordVisibleDelay.Store(int64(d))
+	return func() { recordVisibleDelay.Store(0) }
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -450,9 +451,15 @@ func (g *Gateway) pollVisible(ctx context.Context) {
 	}
 }
 
+// recordVisibleDelay (tests) delays every recordVisible, as a loaded database would.
+var recordVisibleDelay atomic.Int64
+
 // recordVisible records principal's visible set as it is when its server is made (before
 // its first session is answered), so that the first change after it is announced.
 func (g *Gateway) recordVisible(principal string) {
+	if d := recordVisibleDelay.Load(); d > 0 {
+		time.Sleep(time.Duration(d)) // test hook: a slow database
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	fps, err := visibleFingerprints(ctx, g.opts.Store.Pool(), []string{principal})

@@ -474,13 +474,24 @@ func errString(err error) string {
 }
 
 // TestListChangedOnGrant: a principal whose visible set changes without an outbox row — a
-// grant given — is told list_changed (both eras), by the feed's visible-set poll.
+// grant given — is told list_changed (both eras), by the feed's visible-set poll; also when
+// the snapshot of the visible set taken at the principal's first request is slow (a loaded
+// database): the grant, made after the first answer, is still a change.
 func TestListChangedOnGrant(t *testing.T) {
 	s := newGWStack(t)
-	for _, era := range eras {
-		t.Run(era, func(t *testing.T) {
+	for _, tc := range []struct {
+		era  string
+		slow time.Duration // the snapshot of the visible set at the principal's first request waits this long
+	}{{era2025, 0}, {era2026, 0}, {era2025, 2 * time.Second}, {era2026, 2 * time.Second}} {
+		era := tc.era
+		name := era
+		if tc.slow > 0 {
+			name += " slow snapshot"
+		}
+		t.Run(name, func(t *testing.T) {
 			s.t = t
-			p := "frank-" + era
+			t.Cleanup(gateway.DelayVisibleSnapshot(tc.slow))
+			p := "frank-" + strings.ReplaceAll(name, " ", "-")
 			w := s.mustWatch(p, s.Token(p), era)
 			if era == era2026 {
 				eventually(t, 20*time.Second, "list_changed listen open", func() (bool, string) {

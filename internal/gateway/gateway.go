@@ -117,6 +117,10 @@ type Gateway struct {
 
 	mu      sync.Mutex
 	servers map[string]*mcp.Server // principal → its MCP server
+	// recorded is closed, per principal, once the visible set its server started from is
+	// recorded (recordVisible): no request gets the server before, so a change made after an
+	// agent's first answer is always a change from what the feed compares with.
+	recorded map[string]chan struct{}
 
 	feed feedState // the notification feed's and stream bounds' state (feed.go, streams.go)
 
@@ -145,7 +149,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: negative limit (request bytes %d, streams %d, queue %d)",
 			opts.MaxRequestBytes, opts.MaxStreamsPerToken, opts.NotificationQueue)
 	}
-	g := &Gateway{opts: opts.withDefaults(), servers: map[string]*mcp.Server{}}
+	g := &Gateway{opts: opts.withDefaults(), servers: map[string]*mcp.Server{}, recorded: map[string]chan struct{}{}}
 	slogger := g.sdkLogger()
 	g.stateful = mcp.NewStreamableHTTPHandler(g.serverOfRequest, &mcp.StreamableHTTPOptions{
 		Logger: slogger, MaxRequestBodyBytes: g.opts.MaxRequestBytes,
@@ -284,10 +288,25 @@ func (g *Gateway) serverOfRequest(r *http.Request) *mcp.Server {
 // answer for principal only (resources.go); its subscribe/unsubscribe are the feed's.
 func (g *Gateway) server(principal string) *mcp.Server {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if s, ok := g.servers[principal]; ok {
+		recorded := g.recorded[principal]
+		g.mu.Unlock()
+		<-recorded
 		return s
 	}
+	recorded := make(chan struct{})
+	g.recorded[principal] = recorded
+	s := g.newServer(principal)
+	g.servers[principal] = s
+	g.mu.Unlock()
+	// Outside g.mu: one query, bounded (recordVisible), before the first answer.
+	g.recordVisible(principal)
+	close(recorded)
+	return s
+}
+
+// newServer makes the principal's MCP server and prepares it for the feed.
+func (g *Gateway) newServer(principal string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcpsync-gateway", Title: "mcpsync gateway", Version: version()},
 		&mcp.ServerOptions{
 			Instructions: "Resources here are mcpsync-accepted versions of upstream MCP resources. " +
@@ -307,7 +326,6 @@ func (g *Gateway) server(principal string) *mcp.Server {
 		})
 	s.AddReceivingMiddleware(g.resourceMiddleware(principal))
 	g.instrumentServer(principal, s) // stream bounds and notification queues (streams.go)
-	g.servers[principal] = s
 	return s
 }
 

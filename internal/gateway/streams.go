@@ -181,7 +181,8 @@ func (g *Gateway) endToken(tokenID, why string) {
 // instrumentServer prepares a principal's server for the feed: it registers the server as
 // the one to notify for principal, queues outgoing notifications per session (bounded by
 // Options.NotificationQueue), tracks the 2025 sessions of each token, and hides the
-// list_changed sentinel. gw-core calls it right after mcp.NewServer.
+// list_changed sentinel. gw-core calls it right after mcp.NewServer; the server's first
+// visible set is recorded (recordVisible) before any request gets the server.
 func (g *Gateway) instrumentServer(principal string, srv *mcp.Server) {
 	g.feed.mu.Lock()
 	g.feed.initLocked()
@@ -189,7 +190,6 @@ func (g *Gateway) instrumentServer(principal string, srv *mcp.Server) {
 	g.feed.mu.Unlock()
 	srv.AddSendingMiddleware(g.queueNotifications(principal))
 	srv.AddReceivingMiddleware(g.trackSessions(principal))
-	go g.recordVisible(principal)
 }
 
 // subscribed is called once the SDK registered (registered) or refused a subscribe of
