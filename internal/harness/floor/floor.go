@@ -392,8 +392,8 @@ type StartResult struct {
 }
 
 // Starts measures the cheapest start of n entity workflows on taskQueue: each one started
-// (opts.Parallel calls in flight, at most opts.Window not yet up) runs its start-up local activity in its first workflow task
-// and then waits for signals, as a subscription workflow starts with its first read and then
+// (opts.Parallel calls in flight, at most opts.Window not yet up) runs its start-up local
+// activity in its first workflow task and then waits for signals, as a subscription workflow starts with its first read and then
 // waits. It returns when every entity is up, or at opts.Deadline with how many were. The
 // entities are left running: the caller measures on a server it discards afterwards. Nothing
 // in it touches Postgres or MCP.
@@ -443,26 +443,19 @@ func Starts(ctx context.Context, c client.Client, taskQueue string, n int, opts 
 	if err != nil && ctx.Err() == nil {
 		return StartResult{}, err
 	}
-	var last time.Time
-	up := func(done map[int64]time.Time) int {
-		k := 0
-		for i := range n {
-			if at, ok := done[-int64(i+1)]; ok {
-				k++
-				if at.After(last) {
-					last = at
-				}
-			}
-		}
-		return k
-	}
-	_ = rec.waitFor(ctx, func(done map[int64]time.Time) bool { return up(done) == n })
+	// No signal is sent: the recorder holds the start-up keys alone, one per entity up.
+	_ = rec.waitFor(ctx, func(done map[int64]time.Time) bool { return len(done) == n })
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return StartResult{}, err
 	}
+	last := began
 	rec.mu.Lock()
-	last = began
-	res.Up = up(rec.done)
+	res.Up = len(rec.done)
+	for _, at := range rec.done {
+		if at.After(last) {
+			last = at
+		}
+	}
 	rec.mu.Unlock()
 	res.Started = int(started.Load())
 	res.Elapsed = last.Sub(began)
