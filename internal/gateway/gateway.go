@@ -109,6 +109,15 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// principalServer is a principal's MCP server. recorded is closed once the visible set the
+// server started from is recorded (recordVisible): no request gets the server before, so a
+// change made after an agent's first answer is always a change from what the feed compares
+// with.
+type principalServer struct {
+	srv      *mcp.Server
+	recorded chan struct{}
+}
+
 // Gateway is an MCP gateway. Each principal has its own *mcp.Server, so a notification sent
 // through it (Server.ResourceUpdated) can reach only that principal's sessions, and its
 // resources/list and resources/read answer for that principal alone.
@@ -116,11 +125,7 @@ type Gateway struct {
 	opts Options
 
 	mu      sync.Mutex
-	servers map[string]*mcp.Server // principal → its MCP server
-	// recorded is closed, per principal, once the visible set its server started from is
-	// recorded (recordVisible): no request gets the server before, so a change made after an
-	// agent's first answer is always a change from what the feed compares with.
-	recorded map[string]chan struct{}
+	servers map[string]*principalServer // principal → its MCP server
 
 	feed feedState // the notification feed's and stream bounds' state (feed.go, streams.go)
 
@@ -149,7 +154,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: negative limit (request bytes %d, streams %d, queue %d)",
 			opts.MaxRequestBytes, opts.MaxStreamsPerToken, opts.NotificationQueue)
 	}
-	g := &Gateway{opts: opts.withDefaults(), servers: map[string]*mcp.Server{}, recorded: map[string]chan struct{}{}}
+	g := &Gateway{opts: opts.withDefaults(), servers: map[string]*principalServer{}}
 	slogger := g.sdkLogger()
 	g.stateful = mcp.NewStreamableHTTPHandler(g.serverOfRequest, &mcp.StreamableHTTPOptions{
 		Logger: slogger, MaxRequestBodyBytes: g.opts.MaxRequestBytes,
@@ -264,10 +269,10 @@ func (g *Gateway) Close() error {
 	<-g.feedDone
 	g.mu.Lock()
 	servers := g.servers
-	g.servers = map[string]*mcp.Server{}
+	g.servers = map[string]*principalServer{}
 	g.mu.Unlock()
 	for _, s := range servers {
-		for ss := range s.Sessions() {
+		for ss := range s.srv.Sessions() {
 			_ = ss.Close()
 		}
 	}
@@ -289,20 +294,17 @@ func (g *Gateway) serverOfRequest(r *http.Request) *mcp.Server {
 func (g *Gateway) server(principal string) *mcp.Server {
 	g.mu.Lock()
 	if s, ok := g.servers[principal]; ok {
-		recorded := g.recorded[principal]
 		g.mu.Unlock()
-		<-recorded
-		return s
+		<-s.recorded
+		return s.srv
 	}
-	recorded := make(chan struct{})
-	g.recorded[principal] = recorded
-	s := g.newServer(principal)
+	s := &principalServer{srv: g.newServer(principal), recorded: make(chan struct{})}
 	g.servers[principal] = s
 	g.mu.Unlock()
 	// Outside g.mu: one query, bounded (recordVisible), before the first answer.
 	g.recordVisible(principal)
-	close(recorded)
-	return s
+	close(s.recorded)
+	return s.srv
 }
 
 // newServer makes the principal's MCP server and prepares it for the feed.
