@@ -214,7 +214,11 @@ func (s *Stack) startTemporal(ctx context.Context, admin string) error {
 		s.Temporal = temporaltest.NewServer(temporaltest.WithBaseServerOptions(temporal.WithDynamicConfigClient(dc)))
 		s.Namespace = s.Temporal.GetDefaultNamespace()
 		s.TemporalAddress = s.Temporal.GetFrontendHostPort()
-		s.Client = s.Temporal.NewClientWithOptions(loopbackOptions(client.Options{Namespace: s.Namespace, Logger: tlog}))
+		opts, err := config.TemporalConn{}.ClientOptions(s.TemporalAddress, s.Namespace, client.Options{Logger: tlog})
+		if err != nil {
+			return err
+		}
+		s.Client = s.Temporal.NewClientWithOptions(opts)
 		return nil
 	case TemporalEmbedded:
 		if s.tmpDir == "" {
@@ -241,7 +245,7 @@ func (s *Stack) startTemporal(ctx context.Context, admin string) error {
 		s.Dev = dev
 		s.Namespace = dev.Namespace()
 		s.TemporalAddress = dev.FrontendAddress()
-		s.Client, err = client.DialContext(ctx, loopbackOptions(client.Options{HostPort: s.TemporalAddress, Namespace: s.Namespace, Logger: tlog}))
+		s.Client, err = config.TemporalConn{}.Dial(ctx, s.TemporalAddress, s.Namespace, client.Options{Logger: tlog})
 		if err != nil {
 			return fmt.Errorf("dial embedded Temporal: %w", err)
 		}
@@ -262,14 +266,6 @@ func (s *Stack) startTemporal(ctx context.Context, admin string) error {
 		return nil
 	}
 	return fmt.Errorf("localstack: unknown Temporal kind %d", int(s.opts.Temporal))
-}
-
-// loopbackOptions are o for a server on this machine: requests uncompressed, as the mcpsync
-// binaries send them to a loopback address (config.TemporalConn.ClientOptions), so that a
-// bench's floor and the workers it runs in process pay what mcpsync-worker pays.
-func loopbackOptions(o client.Options) client.Options {
-	o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
-	return o
 }
 
 // startWorkerProcess runs opts.WorkerCommand as the stack's worker, as `make run` runs
