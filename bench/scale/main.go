@@ -9,6 +9,11 @@
 //     starts), -floor entity workflows of internal/harness/floor, the cheapest workflow that
 //     starts and runs one local activity in its first workflow task, started -parallel at a
 //     time under a worker with mcpsync-worker's pollers;
+//   - what one start costs: the CPU time (user + system, from /proc) of mcpsync-dev, of its
+//     PostgreSQL cluster and of the worker with its stdio server while the N started, per
+//     subscription, beside the floor's mcpsync-dev and PostgreSQL per floor workflow (the floor's
+//     worker runs in this process and is not counted); and each database's active time and
+//     transactions per start (pg_stat_database: Temporal's store and visibility, the ledger);
 //   - the RSS (VmRSS and peak VmHWM) of the worker, of mcpsync-dev (Temporal server + UI) and
 //     of its PostgreSQL processes at N;
 //   - after a session change (the stdio server process is killed; the worker restarts it), the
@@ -47,6 +52,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
@@ -159,8 +165,9 @@ func run(ctx context.Context, c config) error {
 
 	// Phase 0: the floor, on a fresh mcpsync-dev of its own that is stopped before mcpsync's.
 	var fl floor.StartResult
+	var flCPU *cpuSet
 	if c.floor > 0 {
-		if fl, err = runFloor(ctx, c, dir, baseEnv, bin, self); err != nil {
+		if fl, flCPU, err = runFloor(ctx, c, dir, baseEnv, bin, self); err != nil {
 			return err
 		}
 	}
@@ -210,14 +217,23 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer pool.Close()
-	cli := func(ctx context.Context, args ...string) (string, error) {
+	// cliCPU runs the CLI and also returns the CPU time it used.
+	cliCPU := func(ctx context.Context, args ...string) (string, time.Duration, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "mcpsync"), args...)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return string(out), fmt.Errorf("mcpsync %s: %w: %s", args[0], err, strings.TrimSpace(lastLines(string(out), 5)))
+		var used time.Duration
+		if ps := cmd.ProcessState; ps != nil {
+			used = ps.UserTime() + ps.SystemTime()
 		}
-		return string(out), nil
+		if err != nil {
+			return string(out), used, fmt.Errorf("mcpsync %s: %w: %s", args[0], err, strings.TrimSpace(lastLines(string(out), 5)))
+		}
+		return string(out), used, nil
+	}
+	cli := func(ctx context.Context, args ...string) (string, error) {
+		out, _, err := cliCPU(ctx, args...)
+		return out, err
 	}
 	demo := fmt.Sprintf("%s --resources %d --interval %s --item-updates 1", filepath.Join(bin, "mcpsync-demo-server"), n-1, interval)
 	if err := retry(2*time.Minute, func() error {
@@ -240,14 +256,23 @@ func run(ctx context.Context, c config) error {
 	}
 
 	// Phase 1: bulk subscribe; all ACTIVE with a first version.
+	statConn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer statConn.Close(context.Background())
+	cpuBegan, err := readCPU(ctx, statConn, worker.Process.Pid, dev.Process.Pid)
+	if err != nil {
+		return err
+	}
 	began := time.Now()
 	cliCtx, stopCLI := context.WithCancel(ctx)
 	defer stopCLI()
 	cliDone := make(chan error, 1)
-	var cliTook time.Duration
+	var cliTook, cliUsed time.Duration
 	go func() {
-		out, err := cli(cliCtx, "subscribe", "scale", "--uris-file", uriFile, "--parallel", strconv.Itoa(parallel), "--wait", timeout.String())
-		cliTook = time.Since(began)
+		out, used, err := cliCPU(cliCtx, "subscribe", "scale", "--uris-file", uriFile, "--parallel", strconv.Itoa(parallel), "--wait", timeout.String())
+		cliTook, cliUsed = time.Since(began), used
 		if strings.TrimSpace(out) != "" {
 			fmt.Print("scale: ", lastLines(out, 3))
 		}
@@ -280,8 +305,13 @@ func run(ctx context.Context, c config) error {
 	}
 	if !done {
 		// Stopped at the budget (or -timeout): how far it got, never a time to completion.
+		cpuNow, err := readCPU(ctx, statConn, worker.Process.Pid, dev.Process.Pid)
+		if err != nil {
+			return err
+		}
 		stopCLI()
 		<-cliDone
+		cpuNow.starter = cliUsed
 		r := readRSS(worker.Process.Pid, dev.Process.Pid)
 		cache.sample()
 		why := stopReason(c, phase1End, began)
@@ -292,6 +322,7 @@ func run(ctx context.Context, c config) error {
 		fmt.Printf("bench: scale-active-after-%d %.1f s\n", n, tActive.Seconds())
 		fmt.Printf("bench: scale-start-rate-%d %.1f /s (baseline goal-start-rate %.1f /s, ratio %.2f)\n", n, rate, goalStartRate, rate/goalStartRate)
 		printVsFloor(n, rate, fl)
+		printCPU("scale", max(1, lastActive), cpuNow.sub(cpuBegan), fl.Up, flCPU)
 		if rate > 0 {
 			fmt.Printf("bench: scale-active-projected-%d %.0f s (baseline goal-active-%d 120 s, ratio %.2f)\n", n, float64(n)/rate, n, float64(n)/rate/120)
 		}
@@ -307,6 +338,11 @@ func run(ctx context.Context, c config) error {
 	if err := <-cliDone; err != nil {
 		return err
 	}
+	cpuAtN, err := readCPU(ctx, statConn, worker.Process.Pid, dev.Process.Pid)
+	if err != nil {
+		return err
+	}
+	cpuAtN.starter = cliUsed
 	atN := readRSS(worker.Process.Pid, dev.Process.Pid)
 	peak = peak.max(atN)
 	cache.sample()
@@ -315,6 +351,7 @@ func run(ctx context.Context, c config) error {
 	rate := float64(n) / tActive.Seconds()
 	fmt.Printf("bench: scale-start-rate-%d %.1f /s (baseline goal-start-rate %.1f /s, ratio %.2f)\n", n, rate, goalStartRate, rate/goalStartRate)
 	printVsFloor(n, rate, fl)
+	printCPU("scale", n, cpuAtN.sub(cpuBegan), fl.Up, flCPU)
 	fmt.Printf("bench: worker-rss-%d %s (baseline worker-rss-idle %s, ratio %.1f)\n", n, mib(atN.worker.rss), mib(idle.worker.rss), ratio(atN.worker.rss, idle.worker.rss))
 	fmt.Printf("bench: devtemporal-rss-%d %s (baseline devtemporal-rss-idle %s, ratio %.1f)\n", n, mib(atN.dev.rss), mib(idle.dev.rss), ratio(atN.dev.rss, idle.dev.rss))
 	fmt.Printf("bench: postgres-pss-%d %s (baseline postgres-pss-idle %s, ratio %.1f)\n", n, mib(atN.pg.rss), mib(idle.pg.rss), ratio(atN.pg.rss, idle.pg.rss))
@@ -577,11 +614,11 @@ func startDev(dir, name string, baseEnv []string, bin, persistence, self string)
 // under a worker in this process with mcpsync-worker's pollers. It gets at most 30 % of
 // -budget. That mcpsync-dev is stopped and its data removed (kept with -keep) before it
 // returns.
-func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, self string) (floor.StartResult, error) {
+func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, self string) (floor.StartResult, *cpuSet, error) {
 	fmt.Printf("scale: floor: %d entity workflows on a fresh bin/mcpsync-dev of their own, %d starts in flight\n", c.floor, c.parallel)
 	dev, env, err := startDev(dir, "floor-dev", baseEnv, bin, c.persistence, self)
 	if err != nil {
-		return floor.StartResult{}, err
+		return floor.StartResult{}, nil, err
 	}
 	defer func() {
 		stopProcs(dev)
@@ -595,9 +632,19 @@ func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, 
 	tc, err := mcpconfig.TemporalConn{}.Dial(ctx, envValue(env, "TEMPORAL_ADDRESS"), envValue(env, "TEMPORAL_NAMESPACE"),
 		client.Options{Logger: devtemporal.SDKLogger(zap.NewNop())})
 	if err != nil {
-		return floor.StartResult{}, err
+		return floor.StartResult{}, nil, err
 	}
 	defer tc.Close()
+	statConn, err := pgx.Connect(ctx, envValue(env, "DATABASE_URL"))
+	if err != nil {
+		return floor.StartResult{}, nil, err
+	}
+	defer statConn.Close(context.Background())
+	cpuBegan, err := readCPU(ctx, statConn, 0, dev.Process.Pid)
+	if err != nil {
+		return floor.StartResult{}, nil, err
+	}
+	cpuBegan.starter = selfCPU()
 	began := time.Now()
 	end := began.Add(c.timeout)
 	if !c.deadline.IsZero() {
@@ -608,8 +655,14 @@ func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, 
 	fl, err := floor.Starts(ctx, tc, "scale-floor", c.floor, floor.StartOptions{Parallel: c.parallel, Deadline: end,
 		Worker: workerapp.WorkerOptions()})
 	if err != nil {
-		return fl, err
+		return fl, nil, err
 	}
+	cpuNow, err := readCPU(ctx, statConn, 0, dev.Process.Pid)
+	if err != nil {
+		return fl, nil, err
+	}
+	cpuNow.starter = selfCPU()
+	used := cpuNow.sub(cpuBegan)
 	fmt.Printf("scale: floor: %d of %d up (%d started) in %.1f s\n", fl.Up, fl.Workflows, fl.Started, fl.Elapsed.Seconds())
 	if fl.Up == fl.Workflows {
 		fmt.Printf("bench: floor-active-%d %.1f s (baseline goal-active-%d 120 s, ratio %.2f)\n", fl.Workflows, fl.Elapsed.Seconds(), fl.Workflows, fl.Elapsed.Seconds()/120)
@@ -617,7 +670,8 @@ func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, 
 		fmt.Printf("bench: floor-active-reached-%d %d workflows in %.1f s (the floor's share of -budget)\n", fl.Workflows, fl.Up, fl.Elapsed.Seconds())
 	}
 	fmt.Printf("bench: floor-start-rate-%d %.1f /s (baseline goal-start-rate %.1f /s, ratio %.2f)\n", fl.Workflows, fl.PerSec, goalStartRate, fl.PerSec/goalStartRate)
-	return fl, nil
+	printCPU("floor", max(1, fl.Up), used, 0, nil)
+	return fl, &used, nil
 }
 
 // printVsFloor prints mcpsync's start rate against the floor's, when the floor ran.

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, 100 on Linux).
+const userHZ = 100
+
+// cpuSet is the CPU time (user + system) used so far by the stack's processes: the worker
+// with its children (the stdio MCP server), what starts the workflows (the bulk `mcpsync
+// subscribe`; for the floor, this process, which is also the floor's worker), mcpsync-dev (the
+// embedded Temporal server) and its PostgreSQL cluster (every backend, the ended ones through
+// the postmaster's children times), and each database's active time (pg_stat_database: time
+// spent running statements, waits included).
+type cpuSet struct {
+	worker, starter, dev, pg time.Duration
+	db                       map[string]dbStat
+}
+
+// dbStat is one database's cumulative statistics.
+type dbStat struct {
+	active time.Duration
+	xacts  int64
+}
+
+// readCPU reads the CPU times of worker (0: none, e.g. the floor's worker in this process)
+// and dev, and conn's cluster's per-database statistics (conn nil: none).
+func readCPU(ctx context.Context, conn *pgx.Conn, worker, dev int) (cpuSet, error) {
+	s := cpuSet{dev: procCPU(dev, false), db: map[string]dbStat{}}
+	if worker > 0 {
+		s.worker = procCPU(worker, true)
+		for _, p := range descendants(worker) {
+			s.worker += procCPU(p, true)
+		}
+	}
+	for _, p := range descendants(dev) {
+		if strings.HasPrefix(comm(p), "postgres") {
+			s.pg += procCPU(p, true)
+		}
+	}
+	if conn == nil {
+		return s, nil
+	}
+	// Statistics are flushed by each backend at most once a second: a snapshot can lag by
+	// that much, a small share of a phase of tens of seconds.
+	rows, err := conn.Query(ctx, `SELECT datname, coalesce(active_time, 0), xact_commit + xact_rollback
+		FROM pg_stat_database WHERE datname IS NOT NULL`)
+	if err != nil {
+		return s, fmt.Errorf("pg_stat_database: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var ms float64
+		var x int64
+		if err := rows.Scan(&name, &ms, &x); err != nil {
+			return s, err
+		}
+		s.db[name] = dbStat{active: time.Duration(ms * float64(time.Millisecond)), xacts: x}
+	}
+	return s, rows.Err()
+}
+
+// procCPU is pid's user + system CPU time, with that of its ended and reaped children when
+// children is set; zero if pid is gone.
+func procCPU(pid int, children bool) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	// After the command: state (field 3), …, utime (14), stime (15), cutime (16), cstime (17).
+	f := strings.Fields(s[i+1:])
+	if len(f) < 15 {
+		return 0
+	}
+	n := 2
+	if children {
+		n = 4
+	}
+	var ticks int64
+	for _, v := range f[11 : 11+n] {
+		t, _ := strconv.ParseInt(v, 10, 64)
+		ticks += t
+	}
+	return time.Duration(ticks) * time.Second / userHZ
+}
+
+// selfCPU is the CPU time this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// sub is the CPU used between earlier and s.
+func (s cpuSet) sub(earlier cpuSet) cpuSet {
+	d := cpuSet{worker: s.worker - earlier.worker, starter: s.starter - earlier.starter, dev: s.dev - earlier.dev, pg: s.pg - earlier.pg, db: map[string]dbStat{}}
+	for name, v := range s.db {
+		e := earlier.db[name]
+		d.db[name] = dbStat{active: v.active - e.active, xacts: v.xacts - e.xacts}
+	}
+	return d
+}
+
+// printCPU prints what n starts cost (d: the CPU used while they ran) as bench lines named
+// after prefix, each beside base's figure for baseN starts when base is set (the floor).
+func printCPU(prefix string, n int, d cpuSet, baseN int, base *cpuSet) {
+	per := func(v time.Duration, n int) float64 { return float64(v) / float64(time.Millisecond) / float64(n) }
+	line := func(name string, v time.Duration, b time.Duration, withBase bool) {
+		if !withBase || b <= 0 {
+			fmt.Printf("bench: %s-%s-per-start %.2f ms\n", prefix, name, per(v, n))
+			return
+		}
+		fmt.Printf("bench: %s-%s-per-start %.2f ms (baseline floor-%s-per-start %.2f ms, ratio %.2f)\n",
+			prefix, name, per(v, n), name, per(b, baseN), per(v, n)/per(b, baseN))
+	}
+	var b cpuSet
+	if base != nil {
+		b = *base
+	}
+	line("cpu", d.worker+d.starter+d.dev+d.pg, b.worker+b.starter+b.dev+b.pg, base != nil)
+	line("cpu-server", d.dev+d.pg, b.dev+b.pg, base != nil)
+	line("cpu-devtemporal", d.dev, b.dev, base != nil)
+	line("cpu-postgres", d.pg, b.pg, base != nil)
+	line("cpu-worker-and-starter", d.worker+d.starter, b.worker+b.starter, base != nil)
+	if d.worker > 0 { // the floor's worker is this process, counted as its starter
+		line("cpu-worker", d.worker, 0, false)
+	}
+	names := make([]string, 0, len(d.db))
+	for name, v := range d.db {
+		if v.xacts > 0 || v.active > 0 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		v := d.db[name]
+		fmt.Printf("bench: %s-pg-active-%s-per-start %.2f ms, %.1f transactions\n", prefix, name, per(v.active, n), float64(v.xacts)/float64(n))
+	}
+}
