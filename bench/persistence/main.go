@@ -26,9 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +38,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
+	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
 	"github.com/mcpsync/mcpsync/internal/harness/floor"
 	"github.com/mcpsync/mcpsync/internal/redact"
 )
@@ -250,7 +249,7 @@ func measure(ctx context.Context, v variant, n int, rate float64, d, drain time.
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
 		for {
-			samples = append(samples, cpuSample{time.Now(), selfCPU(), clusterCPU(pgPID)})
+			samples = append(samples, cpuSample{time.Now(), cpustat.Self(), clusterCPU(pgPID)})
 			select {
 			case <-done:
 				return
@@ -290,64 +289,22 @@ func median(rs []result) result {
 	return s[len(s)/2]
 }
 
-// selfCPU is this process's user+system CPU time.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // clusterCPU is the CPU time of the postmaster pid, its live children and its reaped children
 // (from /proc; 0 when pid is 0 or /proc is unreadable).
 func clusterCPU(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	ticks := func(stat string, children bool) (ppid int, t int64) {
-		// Fields after the command's closing parenthesis: state ppid ... utime(14) stime(15)
-		// cutime(16) cstime(17), numbered from 1 over the whole line.
-		i := strings.LastIndexByte(stat, ')')
-		if i < 0 {
-			return 0, 0
-		}
-		f := strings.Fields(stat[i+1:])
-		if len(f) < 15 {
-			return 0, 0
-		}
-		ppid, _ = strconv.Atoi(f[1])
-		for _, k := range []int{11, 12} { // utime, stime
-			v, _ := strconv.ParseInt(f[k], 10, 64)
-			t += v
-		}
-		if children {
-			for _, k := range []int{13, 14} { // cutime, cstime
-				v, _ := strconv.ParseInt(f[k], 10, 64)
-				t += v
-			}
-		}
-		return ppid, t
+	var total time.Duration
+	if st, ok := cpustat.Read(pid); ok {
+		total = st.Own + st.Reaped
 	}
-	var total int64
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		_, total = ticks(string(b), true)
-	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		if ppid, t := ticks(string(b), false); ppid == pid {
-			total += t
+	for _, st := range cpustat.All() {
+		if st.PPID == pid {
+			total += st.Own
 		}
 	}
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(total) * time.Second / hz
+	return total
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", msf(d)) }

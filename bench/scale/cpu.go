@@ -3,18 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, 100 on Linux).
-const userHZ = 100
+	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
+)
 
 // cpuSet is the CPU time (user + system) used so far by the stack's processes: the worker
 // with its children (the stdio MCP server), what starts the workflows (the bulk `mcpsync
@@ -74,39 +70,11 @@ func readCPU(ctx context.Context, conn *pgx.Conn, worker, dev int) (cpuSet, erro
 // procCPU is pid's user + system CPU time, with that of its ended and reaped children when
 // children is set; zero if pid is gone.
 func procCPU(pid int, children bool) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	// After the command: state (field 3), …, utime (14), stime (15), cutime (16), cstime (17).
-	f := strings.Fields(s[i+1:])
-	if len(f) < 15 {
-		return 0
-	}
-	n := 2
+	st, _ := cpustat.Read(pid)
 	if children {
-		n = 4
+		return st.Own + st.Reaped
 	}
-	var ticks int64
-	for _, v := range f[11 : 11+n] {
-		t, _ := strconv.ParseInt(v, 10, 64)
-		ticks += t
-	}
-	return time.Duration(ticks) * time.Second / userHZ
-}
-
-// selfCPU is the CPU time this process has used.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return st.Own
 }
 
 // sub is the CPU used between earlier and s.

@@ -60,6 +60,7 @@ import (
 	mcpconfig "github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
+	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
 	"github.com/mcpsync/mcpsync/internal/harness/floor"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
@@ -644,7 +645,7 @@ func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, 
 	if err != nil {
 		return floor.StartResult{}, nil, err
 	}
-	cpuBegan.starter = selfCPU()
+	cpuBegan.starter = cpustat.Self()
 	began := time.Now()
 	end := began.Add(c.timeout)
 	if !c.deadline.IsZero() {
@@ -661,7 +662,7 @@ func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, 
 	if err != nil {
 		return fl, nil, err
 	}
-	cpuNow.starter = selfCPU()
+	cpuNow.starter = cpustat.Self()
 	used := cpuNow.sub(cpuBegan)
 	fmt.Printf("scale: floor: %d of %d up (%d started) in %.1f s\n", fl.Up, fl.Workflows, fl.Started, fl.Elapsed.Seconds())
 	if fl.Up == fl.Workflows {
@@ -826,27 +827,8 @@ func comm(pid int) string {
 // descendants lists the processes below pid (from /proc/*/stat parent links).
 func descendants(pid int) []int {
 	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
-		children[pp] = append(children[pp], p)
+	for p, st := range cpustat.All() {
+		children[st.PPID] = append(children[st.PPID], p)
 	}
 	var out []int
 	var walk func(int)

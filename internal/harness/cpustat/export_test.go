@@ -1,0 +1,4 @@
+package cpustat
+
+// Parse is parse, for tests.
+var Parse = parse
