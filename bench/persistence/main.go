@@ -295,11 +295,9 @@ func clusterCPU(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	var total time.Duration
-	if st, ok := cpustat.Read(pid); ok {
-		total = st.Own + st.Reaped
-	}
-	for _, st := range cpustat.All() {
+	all := cpustat.All()
+	total := all[pid].Own + all[pid].Reaped
+	for _, st := range all {
 		if st.PPID == pid {
 			total += st.Own
 		}

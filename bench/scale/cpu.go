@@ -32,16 +32,18 @@ type dbStat struct {
 // readCPU reads the CPU times of worker (0: none, e.g. the floor's worker in this process)
 // and dev, and conn's cluster's per-database statistics (conn nil: none).
 func readCPU(ctx context.Context, conn *pgx.Conn, worker, dev int) (cpuSet, error) {
-	s := cpuSet{dev: procCPU(dev, false), db: map[string]dbStat{}}
+	all := cpustat.All() // one look at /proc for the trees and their times
+	withReaped := func(p int) time.Duration { return all[p].Own + all[p].Reaped }
+	s := cpuSet{dev: all[dev].Own, db: map[string]dbStat{}}
 	if worker > 0 {
-		s.worker = procCPU(worker, true)
-		for _, p := range descendants(worker) {
-			s.worker += procCPU(p, true)
+		s.worker = withReaped(worker)
+		for _, p := range descendantsIn(all, worker) {
+			s.worker += withReaped(p)
 		}
 	}
-	for _, p := range descendants(dev) {
+	for _, p := range descendantsIn(all, dev) {
 		if strings.HasPrefix(comm(p), "postgres") {
-			s.pg += procCPU(p, true)
+			s.pg += withReaped(p)
 		}
 	}
 	if conn == nil {
@@ -65,16 +67,6 @@ func readCPU(ctx context.Context, conn *pgx.Conn, worker, dev int) (cpuSet, erro
 		s.db[name] = dbStat{active: time.Duration(ms * float64(time.Millisecond)), xacts: x}
 	}
 	return s, rows.Err()
-}
-
-// procCPU is pid's user + system CPU time, with that of its ended and reaped children when
-// children is set; zero if pid is gone.
-func procCPU(pid int, children bool) time.Duration {
-	st, _ := cpustat.Read(pid)
-	if children {
-		return st.Own + st.Reaped
-	}
-	return st.Own
 }
 
 // sub is the CPU used between earlier and s.

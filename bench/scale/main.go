@@ -9,11 +9,12 @@
 //     starts), -floor entity workflows of internal/harness/floor, the cheapest workflow that
 //     starts and runs one local activity in its first workflow task, started -parallel at a
 //     time under a worker with mcpsync-worker's pollers;
-//   - what one start costs: the CPU time (user + system, from /proc) of mcpsync-dev, of its
-//     PostgreSQL cluster and of the worker with its stdio server while the N started, per
-//     subscription, beside the floor's mcpsync-dev and PostgreSQL per floor workflow (the floor's
-//     worker runs in this process and is not counted); and each database's active time and
-//     transactions per start (pg_stat_database: Temporal's store and visibility, the ledger);
+//   - what one start costs: the CPU time (user + system, from /proc and getrusage) of
+//     mcpsync-dev, of its PostgreSQL cluster, of the worker with its stdio server and of the bulk
+//     subscribe while the N started, per subscription, beside the same per floor workflow (the
+//     floor's worker and starter are this process, counted together); and each database's
+//     active time and transactions per start (pg_stat_database: Temporal's store and
+//     visibility, the ledger);
 //   - the RSS (VmRSS and peak VmHWM) of the worker, of mcpsync-dev (Temporal server + UI) and
 //     of its PostgreSQL processes at N;
 //   - after a session change (the stdio server process is killed; the worker restarts it), the
@@ -825,9 +826,12 @@ func comm(pid int) string {
 }
 
 // descendants lists the processes below pid (from /proc/*/stat parent links).
-func descendants(pid int) []int {
+func descendants(pid int) []int { return descendantsIn(cpustat.All(), pid) }
+
+// descendantsIn lists the processes below pid in all (cpustat.All).
+func descendantsIn(all map[int]cpustat.Stat, pid int) []int {
 	children := map[int][]int{}
-	for p, st := range cpustat.All() {
+	for p, st := range all {
 		children[st.PPID] = append(children[st.PPID], p)
 	}
 	var out []int
