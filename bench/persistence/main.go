@@ -227,11 +227,8 @@ type result struct {
 	cpuSelf, cpuPG float64
 }
 
-// cpuSample is the CPU time used so far, at a moment.
-type cpuSample struct {
-	at       time.Time
-	self, pg time.Duration
-}
+// cpuSample is the CPU time used so far: this process's and the PostgreSQL cluster's.
+type cpuSample struct{ self, pg time.Duration }
 
 // measure starts v's server, runs the floor on it while sampling CPU time, and stops the
 // server.
@@ -241,45 +238,21 @@ func measure(ctx context.Context, v variant, n int, rate float64, d, drain time.
 		return result{}, err
 	}
 	defer stop()
-	var samples []cpuSample
-	done := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			samples = append(samples, cpuSample{time.Now(), cpustat.Self(), clusterCPU(pgPID)})
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	samples := cpustat.Sample(200*time.Millisecond, func() cpuSample {
+		return cpuSample{cpustat.Self(), clusterCPU(pgPID)}
+	})
 	res, err := floor.RunWithOptions(ctx, c, fmt.Sprintf("floor-%s-%d", v.name, r), n, rate, d, floor.Options{Drain: drain})
-	close(done)
-	<-sampled
+	samples.Stop()
 	if err != nil {
 		return result{}, err
 	}
 	out := result{Result: res}
-	a, b := sampleAt(samples, res.Start), sampleAt(samples, res.Start.Add(res.Span))
+	a, b := samples.At(res.Start), samples.At(res.Start.Add(res.Span))
 	if res.Accepted > 0 {
 		out.cpuSelf = msf(b.self-a.self) / float64(res.Accepted)
 		out.cpuPG = msf(b.pg-a.pg) / float64(res.Accepted)
 	}
 	return out, nil
-}
-
-// sampleAt is the first sample at or after t (the last one if none is).
-func sampleAt(s []cpuSample, t time.Time) cpuSample {
-	for _, x := range s {
-		if !x.at.Before(t) {
-			return x
-		}
-	}
-	return s[len(s)-1]
 }
 
 // median returns the run with the median accepted rate, its other figures with it.
@@ -289,20 +262,13 @@ func median(rs []result) result {
 	return s[len(s)/2]
 }
 
-// clusterCPU is the CPU time of the postmaster pid, its live children and its reaped children
-// (from /proc; 0 when pid is 0 or /proc is unreadable).
+// clusterCPU is the CPU time of the postmaster pid and the processes below it, live or
+// reaped (from /proc; 0 when pid is 0 or /proc is unreadable).
 func clusterCPU(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	all := cpustat.All()
-	total := all[pid].Own + all[pid].Reaped
-	for _, st := range all {
-		if st.PPID == pid {
-			total += st.Own
-		}
-	}
-	return total
+	return cpustat.TreeTime(cpustat.All(), pid)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", msf(d)) }

@@ -767,8 +767,8 @@ func readRSS(worker, dev int) rssSet {
 	var s rssSet
 	s.worker = procRSS(worker)
 	s.dev = procRSS(dev)
-	for _, pid := range descendants(dev) {
-		if strings.HasPrefix(comm(pid), "postgres") {
+	for _, pid := range cpustat.Descendants(cpustat.All(), dev) {
+		if strings.HasPrefix(cpustat.Comm(pid), "postgres") {
 			// Proportional set size: the backends share their buffers, which RSS would count
 			// once per process.
 			s.pg.rss += procPSS(pid)
@@ -820,36 +820,10 @@ func procPSS(pid int) int64 {
 	return 0
 }
 
-func comm(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	return strings.TrimSpace(string(b))
-}
-
-// descendants lists the processes below pid (from /proc/*/stat parent links).
-func descendants(pid int) []int { return descendantsIn(cpustat.All(), pid) }
-
-// descendantsIn lists the processes below pid in all (cpustat.All).
-func descendantsIn(all map[int]cpustat.Stat, pid int) []int {
-	children := map[int][]int{}
-	for p, st := range all {
-		children[st.PPID] = append(children[st.PPID], p)
-	}
-	var out []int
-	var walk func(int)
-	walk = func(p int) {
-		for _, c := range children[p] {
-			out = append(out, c)
-			walk(c)
-		}
-	}
-	walk(pid)
-	return out
-}
-
 // childNamed returns the PID of the descendant of pid whose command name starts with name.
 func childNamed(pid int, name string) (int, error) {
-	for _, c := range descendants(pid) {
-		if strings.HasPrefix(name, comm(c)) && comm(c) != "" {
+	for _, c := range cpustat.Descendants(cpustat.All(), pid) {
+		if strings.HasPrefix(name, cpustat.Comm(c)) && cpustat.Comm(c) != "" {
 			return c, nil
 		}
 	}

@@ -1,6 +1,7 @@
 package cpustat_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -100,11 +101,15 @@ func TestReadProc(t *testing.T) {
 	}
 }
 
-// TestMain runs as TestReadProc's child when CPUSTAT_BURN is set: it burns 250 ms of CPU
-// and exits.
+// TestMain runs as a test's child when CPUSTAT_BURN is set: it burns 250 ms of CPU and
+// exits, or with CPUSTAT_STAY set writes a line and waits to be killed.
 func TestMain(m *testing.M) {
 	if os.Getenv("CPUSTAT_BURN") == "1" {
 		burn(250 * time.Millisecond)
+		if os.Getenv("CPUSTAT_STAY") == "1" {
+			fmt.Println("burned")
+			time.Sleep(time.Hour)
+		}
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

@@ -1,0 +1,142 @@
+package cpustat
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Descendants lists the processes below pid in all (a snapshot from All), children before
+// their own children.
+func Descendants(all map[int]Stat, pid int) []int {
+	children := map[int][]int{}
+	for p, st := range all {
+		children[st.PPID] = append(children[st.PPID], p)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+// TreeTime is the CPU time of pid and every process below it in all, each with its reaped
+// children's (the processes that ended and were waited for).
+func TreeTime(all map[int]Stat, pid int) time.Duration {
+	total := all[pid].Own + all[pid].Reaped
+	for _, p := range Descendants(all, pid) {
+		total += all[p].Own + all[p].Reaped
+	}
+	return total
+}
+
+// Comm is pid's command name (/proc/<pid>/comm, at most 15 bytes); empty when the process is
+// gone.
+func Comm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// Machine is the CPU time of the whole machine so far, from the first line of /proc/stat:
+// Busy is every CPU's time in user, nice, system, irq, softirq and steal; Total adds idle and
+// iowait. ok is false when /proc/stat cannot be read.
+func Machine() (busy, total time.Duration, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return parseMachine(line)
+}
+
+// parseMachine reads the aggregate line of /proc/stat: "cpu user nice system idle iowait irq
+// softirq steal [guest guest_nice]" in USER_HZ ticks. guest and guest_nice are already counted
+// in user and nice.
+func parseMachine(line string) (busy, total time.Duration, ok bool) {
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	var t [8]int64
+	for i := range t {
+		v, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		t[i] = v
+	}
+	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / userHZ }
+	idle := t[3] + t[4]
+	b := t[0] + t[1] + t[2] + t[5] + t[6] + t[7]
+	return tick(b), tick(b + idle), true
+}
+
+// Sampler reads a value every interval in the background, so that the CPU used between two
+// instants known only afterwards (a phase whose start and end another package measured) can
+// be taken from the readings nearest them.
+type Sampler[T any] struct {
+	mu      sync.Mutex
+	at      []time.Time
+	vals    []T
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+// Sample starts a Sampler that calls read at once and then every interval until Stop.
+func Sample[T any](interval time.Duration, read func() T) *Sampler[T] {
+	s := &Sampler[T]{stop: make(chan struct{}), stopped: make(chan struct{})}
+	s.add(read())
+	go func() {
+		defer close(s.stopped)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				s.add(read())
+			}
+		}
+	}()
+	return s
+}
+
+func (s *Sampler[T]) add(v T) {
+	now := time.Now()
+	s.mu.Lock()
+	s.at = append(s.at, now)
+	s.vals = append(s.vals, v)
+	s.mu.Unlock()
+}
+
+// At is the first reading taken at or after t, or the last one if none was (a phase that
+// ended after the sampler stopped is counted up to its last reading).
+func (s *Sampler[T]) At(t time.Time) T {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, at := range s.at {
+		if !at.Before(t) {
+			return s.vals[i]
+		}
+	}
+	return s.vals[len(s.vals)-1]
+}
+
+// Stop stops the readings and waits for the background reader; At still answers.
+func (s *Sampler[T]) Stop() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.stopped
+}

@@ -1,0 +1,151 @@
+package cpustat_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
+)
+
+func TestParseMachine(t *testing.T) {
+	tests := []struct {
+		name        string
+		line        string
+		busy, total time.Duration
+		ok          bool
+	}{
+		{
+			name: "with guest fields",
+			line: "cpu  113012 5 36868 62507 971 3 2405 7 100 0",
+			busy: (113012 + 5 + 36868 + 3 + 2405 + 7) * 10 * time.Millisecond,
+			// guest time is already in user: not added again.
+			total: (113012 + 5 + 36868 + 62507 + 971 + 3 + 2405 + 7) * 10 * time.Millisecond,
+			ok:    true,
+		},
+		{
+			name: "without guest fields", line: "cpu 100 0 50 850 0 0 0 0",
+			busy: 1500 * time.Millisecond, total: 10 * time.Second, ok: true,
+		},
+		{name: "a single CPU's line", line: "cpu0 100 0 50 850 0 0 0 0"},
+		{name: "truncated", line: "cpu 100 0 50 850"},
+		{name: "not a number", line: "cpu 100 0 fifty 850 0 0 0 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			busy, total, ok := cpustat.ParseMachine(tt.line)
+			if diff := cmp.Diff([]any{tt.busy, tt.total, tt.ok}, []any{busy, total, ok}); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The real /proc/stat: the machine's busy time grows at least by the CPU this process burns,
+// and its total time by about the wall time on each CPU.
+func TestMachine(t *testing.T) {
+	busy0, total0, ok := cpustat.Machine()
+	if !ok {
+		t.Fatal("/proc/stat unreadable")
+	}
+	wall := time.Now()
+	burn(300 * time.Millisecond)
+	busy1, total1, _ := cpustat.Machine()
+	if d := busy1 - busy0; d < 280*time.Millisecond {
+		t.Errorf("busy grew by %v after burning 300ms", d)
+	}
+	// Every CPU's time passes whether busy or not (ticks of 10 ms; allow two per CPU).
+	cpus := time.Duration(len(perCPULines(t)))
+	if d, el := total1-total0, time.Since(wall); d < cpus*(el-20*time.Millisecond)/2 || busy1 > total1 {
+		t.Errorf("total grew by %v in %v on %d CPUs (busy %v of %v)", d, el, cpus, busy1, total1)
+	}
+}
+
+// perCPULines are the lines of /proc/stat of single CPUs (cpu0, cpu1, …).
+func perCPULines(t *testing.T) []string {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "cpu") && !strings.HasPrefix(l, "cpu ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// A live child that used CPU: Descendants finds it, Comm names it, and TreeTime counts its CPU
+// with this process's.
+func TestTree(t *testing.T) {
+	// The test binary under a name of its own, to tell it apart by Comm.
+	bin := filepath.Join(t.TempDir(), "cpustat-child")
+	if err := os.Symlink(os.Args[0], bin); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "CPUSTAT_BURN=1", "CPUSTAT_STAY=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// The child writes a line once it has burned its CPU, then stays until killed.
+	if _, err := stdout.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	all := cpustat.All()
+	if got := cpustat.Descendants(all, os.Getpid()); !slices.Contains(got, cmd.Process.Pid) {
+		t.Errorf("Descendants(self) = %v, want it to hold the child %d", got, cmd.Process.Pid)
+	}
+	if got := cpustat.Descendants(all, cmd.Process.Pid); len(got) != 0 {
+		t.Errorf("Descendants(child) = %v, want none", got)
+	}
+	if got := cpustat.Comm(cmd.Process.Pid); got != "cpustat-child" {
+		t.Errorf("Comm(child) = %q", got)
+	}
+	self := all[os.Getpid()].Own + all[os.Getpid()].Reaped
+	if d := cpustat.TreeTime(all, os.Getpid()) - self; d < 230*time.Millisecond {
+		t.Errorf("TreeTime(self) exceeds this process's own by %v; the child burned 250ms", d)
+	}
+	if got := cpustat.Comm(1 << 30); got != "" {
+		t.Errorf("Comm(no such process) = %q", got)
+	}
+}
+
+func TestSampler(t *testing.T) {
+	var n atomic.Int64
+	s := cpustat.Sample(5*time.Millisecond, func() int64 { return n.Add(1) })
+	first := s.At(time.Time{})
+	if first != 1 {
+		t.Errorf("the first reading is %d, want 1 (taken at once)", first)
+	}
+	time.Sleep(50 * time.Millisecond)
+	mid := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	s.Stop()
+	last := n.Load()
+	time.Sleep(20 * time.Millisecond)
+	if n.Load() != last {
+		t.Errorf("read %d times after Stop", n.Load()-last)
+	}
+	got := s.At(mid)
+	if got <= first || got >= last {
+		t.Errorf("At(mid) = %d, want a reading between the first (%d) and the last (%d)", got, first, last)
+	}
+	if got := s.At(time.Now()); got != last {
+		t.Errorf("At(after Stop) = %d, want the last reading %d", got, last)
+	}
+	s.Stop() // a second Stop is harmless
+}
