@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
+	"github.com/mcpsync/mcpsync/internal/harness/pgstat"
 )
 
 // cpuSet is the CPU time (user + system) used so far by the stack's processes: the worker
@@ -20,13 +20,7 @@ import (
 // spent running statements, waits included).
 type cpuSet struct {
 	worker, starter, dev, pg time.Duration
-	db                       map[string]dbStat
-}
-
-// dbStat is one database's cumulative statistics.
-type dbStat struct {
-	active time.Duration
-	xacts  int64
+	db                       map[string]pgstat.DB
 }
 
 // readCPU reads the CPU times of worker (0: none, e.g. the floor's worker in this process)
@@ -34,49 +28,29 @@ type dbStat struct {
 func readCPU(ctx context.Context, conn *pgx.Conn, worker, dev int) (cpuSet, error) {
 	all := cpustat.All() // one look at /proc for the trees and their times
 	withReaped := func(p int) time.Duration { return all[p].Own + all[p].Reaped }
-	s := cpuSet{dev: all[dev].Own, db: map[string]dbStat{}}
+	s := cpuSet{dev: all[dev].Own}
 	if worker > 0 {
-		s.worker = withReaped(worker)
-		for _, p := range descendantsIn(all, worker) {
-			s.worker += withReaped(p)
-		}
+		s.worker = cpustat.TreeTime(all, worker)
 	}
-	for _, p := range descendantsIn(all, dev) {
-		if strings.HasPrefix(comm(p), "postgres") {
+	for _, p := range cpustat.Descendants(all, dev) {
+		if strings.HasPrefix(cpustat.Comm(p), "postgres") {
 			s.pg += withReaped(p)
 		}
 	}
 	if conn == nil {
 		return s, nil
 	}
-	// Statistics are flushed by each backend at most once a second: a snapshot can lag by
-	// that much, a small share of a phase of tens of seconds.
-	rows, err := conn.Query(ctx, `SELECT datname, coalesce(active_time, 0), xact_commit + xact_rollback
-		FROM pg_stat_database WHERE datname IS NOT NULL`)
-	if err != nil {
-		return s, fmt.Errorf("pg_stat_database: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var name string
-		var ms float64
-		var x int64
-		if err := rows.Scan(&name, &ms, &x); err != nil {
-			return s, err
-		}
-		s.db[name] = dbStat{active: time.Duration(ms * float64(time.Millisecond)), xacts: x}
-	}
-	return s, rows.Err()
+	var err error
+	s.db, err = pgstat.Databases(ctx, conn)
+	return s, err
 }
 
 // sub is the CPU used between earlier and s.
 func (s cpuSet) sub(earlier cpuSet) cpuSet {
-	d := cpuSet{worker: s.worker - earlier.worker, starter: s.starter - earlier.starter, dev: s.dev - earlier.dev, pg: s.pg - earlier.pg, db: map[string]dbStat{}}
-	for name, v := range s.db {
-		e := earlier.db[name]
-		d.db[name] = dbStat{active: v.active - e.active, xacts: v.xacts - e.xacts}
+	return cpuSet{
+		worker: s.worker - earlier.worker, starter: s.starter - earlier.starter, dev: s.dev - earlier.dev, pg: s.pg - earlier.pg,
+		db: pgstat.Sub(s.db, earlier.db),
 	}
-	return d
 }
 
 // printCPU prints what n starts cost (d: the CPU used while they ran) as bench lines named
@@ -103,16 +77,9 @@ func printCPU(prefix string, n int, d cpuSet, baseN int, base *cpuSet) {
 	if d.worker > 0 { // the floor's worker is this process, counted as its starter
 		line("cpu-worker", d.worker, 0, false)
 	}
-	names := make([]string, 0, len(d.db))
-	for name, v := range d.db {
-		// The databases of the stack, not the few transactions of its housekeeping.
-		if float64(v.xacts)/float64(n) >= 0.05 {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	// The databases of the stack, not the few transactions of its housekeeping.
+	for _, name := range pgstat.Busy(d.db, n, 0.05) {
 		v := d.db[name]
-		fmt.Printf("bench: %s-pg-active-%s-per-start %.2f ms, %.1f transactions\n", prefix, name, per(v.active, n), float64(v.xacts)/float64(n))
+		fmt.Printf("bench: %s-pg-active-%s-per-start %.2f ms, %.1f transactions\n", prefix, name, per(v.Active, n), float64(v.Xacts)/float64(n))
 	}
 }
