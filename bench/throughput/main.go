@@ -13,6 +13,12 @@
 //   - a raw go-sdk read loop against the same MCP server: what one client can read;
 //   - history events and workflow tasks per accepted update, for mcpsync and the floor, from the
 //     histories (GetWorkflowHistory) of a sample of their workflows over the measured window;
+//   - CPU per accepted update, for mcpsync and the floor: the whole machine's busy time
+//     (/proc/stat) and each process's (this one, which holds the embedded server; the
+//     PostgreSQL clusters; mcpsync-worker), how busy the machine was, and how many cores the
+//     offered rate keeps busy at that cost — what a machine needs at the least to carry it;
+//   - what the host's read quieting costs (R13, R27): the latency of lone updates, and the share
+//     and latency of updates whose resource changed within the burst quiet period before them;
 //   - the saturation point: the highest offered rate with p99 ≤ 1 s, by a short step search;
 //   - with the embedded server, the in-memory variant (-memory): the same workload at the same
 //     rate on a fresh stack with the in-memory test server (temporaltest), printed as memory-*
@@ -54,9 +60,11 @@ import (
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/harness/benchline"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
+	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
 	"github.com/mcpsync/mcpsync/internal/harness/floor"
 	"github.com/mcpsync/mcpsync/internal/harness/localstack"
 	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 
 // saturationP99 is the latency bound of the saturation point.
@@ -78,6 +86,7 @@ type config struct {
 	noFloor     bool
 	cpuProfile  string
 	memory      time.Duration
+	idle        time.Duration
 	budget      time.Duration
 }
 
@@ -98,9 +107,10 @@ func main() {
 	flag.BoolVar(&c.noFloor, "no-floor", false, "skip the floor")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the mcpsync measurement phase to this file")
 	flag.DurationVar(&c.memory, "memory", 20*time.Second, "with the embedded server: also measure the in-memory variant (temporaltest) at -rate for this long on a fresh stack, printed as memory-* beside the embedded figures (0: skip)")
+	flag.DurationVar(&c.idle, "idle", 3*time.Second, "how long the stack's idle CPU is measured, before the floor and after the subscribe (0: not measured; the CPU figures are then gross)")
 	flag.DurationVar(&c.budget, "budget", 0, "the run's time budget: saturation steps and the in-memory variant are left out (and say so) when they would not fit (0: no limit)")
 	flag.Parse()
-	if flag.NArg() > 0 || c.n <= 0 || c.rate <= 0 || c.duration <= 0 || c.sample < 0 || c.steps < 0 || c.memory < 0 || c.budget < 0 || c.step < 0 || c.baseline <= 0 {
+	if flag.NArg() > 0 || c.n <= 0 || c.rate <= 0 || c.duration <= 0 || c.sample < 0 || c.steps < 0 || c.memory < 0 || c.idle < 0 || c.budget < 0 || c.step < 0 || c.baseline <= 0 {
 		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration, -baseline must be positive, -memory, -budget, -step, -steps, -sample not negative, no positional arguments")
 		os.Exit(2)
 	}
@@ -210,14 +220,30 @@ func run(ctx context.Context, c config) error {
 		opts.Temporal, persistence, st.TemporalAddress, st.Namespace, c.worker, ledgerKind(c.admin), runtime.NumCPU(), loadAvg())
 	fmt.Printf("throughput: stack up in %s\n", time.Since(start).Round(time.Millisecond))
 
+	// CPU and database readings: the machine, the stack's processes, the cluster's databases.
+	ledgerDB := st.Store.Pool().Config().ConnConfig.Database
+	read := func() cpuReading { return readCPU(ctx, st.Store.Pool(), ledgerDB, st.WorkerPID()) }
+
 	// The floor first, on the fresh server (a conservative baseline for the ratio).
 	var fl floor.Result
+	var flCPU cpuCost
 	if !c.noFloor {
+		if c.idle > 0 {
+			if flCPU.idle, err = idleCPU(ctx, read, c.idle); err != nil {
+				return err
+			}
+			fmt.Printf("throughput: CPU of the stack idle, nothing subscribed (%s): %s\n", c.idle, flCPU.idle.describe())
+		}
 		t := time.Now()
+		// The floor's offered phase is known only afterwards: its CPU comes from readings
+		// taken all along.
+		samples := cpustat.Sample(200*time.Millisecond, read)
 		fl, err = floor.Run(ctx, st.Client, fmt.Sprintf("floor-bench-%d", os.Getpid()), c.n, c.rate, c.duration)
+		samples.Stop()
 		if err != nil {
 			return err
 		}
+		flCPU.used, flCPU.updates = samples.At(fl.Start.Add(fl.Span)).sub(samples.At(fl.Start)), fl.Accepted
 		fmt.Printf("throughput: floor done in %s: %d signals, %d local activities, %d repeated, %d signal calls failed %q, %d workflows left unterminated\n",
 			time.Since(t).Round(time.Millisecond), fl.Sent, fl.Accepted, fl.Repeated, fl.SignalErrors, fl.SignalErrorSample, fl.Unterminated)
 		// Said now, so that a later phase that fails does not take the floor's figures with it.
@@ -236,6 +262,15 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	// Measured after the raw read loop, not right after the subscribe, whose tail (visibility
+	// and timer work of the starts) is not the subscriptions' steady background.
+	var e2eIdle cpuReading
+	if c.idle > 0 {
+		if e2eIdle, err = idleCPU(ctx, read, c.idle); err != nil {
+			return err
+		}
+		fmt.Printf("throughput: CPU of the stack idle with %d subscriptions (%s): %s\n", c.n, c.idle, e2eIdle.describe())
+	}
 
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -247,15 +282,22 @@ func run(ctx context.Context, c config) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	cpu0 := read()
 	e2e, err := e.m.measure(ctx, st, c.rate, c.duration, max(10*time.Second, min(time.Minute, b.left()-c.duration-20*time.Second)))
 	if err != nil {
 		return err
 	}
+	e2eCPU := cpuCost{used: read().sub(cpu0), updates: e2e.accepted, idle: e2eIdle}
 	if c.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
 	fmt.Printf("throughput: mcpsync at %.0f/s: %d mutations, %d accepted, %d superseded, %d never accepted\n",
 		c.rate, e2e.sent, e2e.accepted, e2e.superseded, e2e.missing)
+	fmt.Printf("throughput: CPU from the first mutation until all were accepted (%s): %s\n",
+		e2e.end.Sub(e2e.start).Round(time.Millisecond), e2eCPU.used.describe())
+	if !c.noFloor {
+		fmt.Printf("throughput: CPU of the floor's offered phase (%s): %s\n", fl.Span.Round(time.Millisecond), flCPU.used.describe())
+	}
 
 	// The main figures right away: a later phase that runs out of time loses only its own.
 	n := c.n
@@ -279,12 +321,27 @@ func run(ctx context.Context, c config) error {
 		benchline.Print(out, fig(name("e2e-p99"), ms(e2e.p99), "ms"))
 	}
 	benchline.Print(out, fig(name("e2e-max"), ms(e2e.max), "ms"))
+	// What the read quieting costs (R13, R27): a lone update's read waits for its URI to be
+	// quiet for the read quiet period; an update whose resource changed within the burst
+	// quiet period before it waits for that long a quiet. The burst share bounds the p99 from
+	// below by the burst quiet period once it is over 1 %.
+	readQuiet, burstQuiet := mcphost.ReadQuieting()
+	benchline.Print(out, fig(name("e2e-burst-share"), 100*float64(e2e.burst)/float64(max(e2e.accepted, 1)), "%"))
+	benchline.PrintVs(out, fig(name("e2e-p50-burst"), ms(e2e.burstP50), "ms"), fig("burst-quiet", ms(burstQuiet), "ms"))
+	benchline.PrintVs(out, fig(name("e2e-p99-burst"), ms(e2e.burstP99), "ms"), fig("burst-quiet", ms(burstQuiet), "ms"))
+	benchline.PrintVs(out, fig(name("e2e-p50-lone"), ms(e2e.loneP50), "ms"), fig("read-quiet", ms(readQuiet), "ms"))
+	benchline.PrintVs(out, fig(name("e2e-p99-lone"), ms(e2e.loneP99), "ms"), fig(name("e2e-p99"), ms(e2e.p99), "ms"))
 	benchline.Print(out, fig(name("e2e-superseded"), float64(e2e.superseded), "mutations"))
 	benchline.Print(out, fig(name("e2e-never-accepted"), float64(e2e.missing), "mutations"))
 	benchline.Print(out, fig("raw-reads", rawRate, "/s"))
 	benchline.Print(out, fig("raw-read-p50", ms(rawP50), "ms"))
 	benchline.Print(out, fig("raw-read-p99", ms(rawP99), "ms"))
 	benchline.Print(out, fig(name("e2e-subscribe-active"), e.active.Seconds(), "s"))
+	if c.noFloor {
+		printCPU(out, n, c.rate, e2eCPU, nil)
+	} else {
+		printCPU(out, n, c.rate, e2eCPU, &flCPU)
+	}
 
 	// History events and workflow tasks per accepted update, on a sample of workflows.
 	e2eH, e2eUpdates, err := e2eHistory(ctx, st, e.tail, e2e, c.sample)
@@ -556,6 +613,18 @@ type tail struct {
 func newTail() *tail { return &tail{accepted: map[key]time.Time{}} }
 
 func (t *tail) run(ctx context.Context, st *ledger.Store, cur ledger.OutboxCursor) {
+	// As a consumer would: a batch on each outbox notification (LISTEN), not a poll every
+	// few milliseconds whose queries would count as the ledger's work per update; polling
+	// every 20 ms only if listening fails.
+	l, err := st.ListenOutbox(ctx, fmt.Sprintf("throughput-bench-%d", os.Getpid()))
+	if err != nil {
+		l = nil
+	}
+	defer func() {
+		if l != nil {
+			l.Close()
+		}
+	}()
 	for {
 		rows, _, err := st.OutboxBatch(ctx, cur, 1000)
 		if err != nil {
@@ -569,12 +638,20 @@ func (t *tail) run(ctx context.Context, st *ledger.Store, cur ledger.OutboxCurso
 			}
 		}
 		t.mu.Unlock()
-		if len(rows) == 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(20 * time.Millisecond):
+		if len(rows) == 1000 {
+			continue
+		}
+		if l != nil {
+			if _, err := l.Wait(ctx, time.Second); err == nil {
+				continue
 			}
+			l.Close()
+			l = nil
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -600,6 +677,12 @@ type e2eResult struct {
 	start, end                    time.Time
 	converged                     bool
 	acceptedInWindow              map[string]int // per URI
+	// The accepted mutations whose resource was mutated within the host's burst quiet period
+	// before them (their read waits for that long a quiet, R13), their share, and the
+	// latency percentiles of the others (lone) and of them (burst).
+	burst              int
+	loneP50, loneP99   time.Duration
+	burstP50, burstP99 time.Duration
 }
 
 func (r e2eResult) ok() bool { return r.converged && r.p99 <= saturationP99 }
@@ -622,6 +705,10 @@ func (m *mutator) measure(ctx context.Context, st *localstack.Stack, rate float6
 		m.latest = map[string]key{}
 	}
 	mutated := map[key]time.Time{}
+	// inBurst: the mutation followed another of its resource within the burst quiet period.
+	inBurst := map[key]bool{}
+	lastAt := map[string]time.Time{}
+	_, burstQuiet := mcphost.ReadQuieting()
 	interval := time.Duration(float64(time.Second) / rate)
 	res := e2eResult{rate: rate, start: time.Now()}
 	next := res.start
@@ -629,7 +716,12 @@ func (m *mutator) measure(ctx context.Context, st *localstack.Stack, rate float6
 		i := m.rng.IntN(m.n)
 		body := fmt.Sprintf("update %d of %s", m.count, uriOf(i))
 		k := key{uriOf(i), ledger.Digest([]byte(body))}
-		mutated[k] = time.Now()
+		now := time.Now()
+		if prev, ok := lastAt[k.uri]; ok && now.Sub(prev) <= burstQuiet {
+			inBurst[k] = true
+		}
+		lastAt[k.uri] = now
+		mutated[k] = now
 		m.latest[k.uri] = k
 		m.srv.Set(k.uri, body, "text/plain")
 		m.count++
@@ -649,7 +741,7 @@ func (m *mutator) measure(ctx context.Context, st *localstack.Stack, rate float6
 		return res, err
 	}
 	res.end = time.Now()
-	var lat []time.Duration
+	var lat, lone, burst []time.Duration
 	last := res.start
 	res.acceptedInWindow = map[string]int{}
 	for k, at := range mutated {
@@ -657,6 +749,11 @@ func (m *mutator) measure(ctx context.Context, st *localstack.Stack, rate float6
 		switch {
 		case ok:
 			lat = append(lat, acc.Sub(at))
+			if inBurst[k] {
+				burst = append(burst, acc.Sub(at))
+			} else {
+				lone = append(lone, acc.Sub(at))
+			}
 			res.accepted++
 			res.acceptedInWindow[k.uri]++
 			if acc.After(last) {
@@ -671,6 +768,9 @@ func (m *mutator) measure(ctx context.Context, st *localstack.Stack, rate float6
 	}
 	res.perSec = float64(res.accepted) / max(phase, last.Sub(res.start)).Seconds()
 	res.p50, res.p99, res.max = floor.Percentile(lat, 0.5), floor.Percentile(lat, 0.99), floor.Percentile(lat, 1)
+	res.burst = len(burst)
+	res.loneP50, res.loneP99 = floor.Percentile(lone, 0.5), floor.Percentile(lone, 0.99)
+	res.burstP50, res.burstP99 = floor.Percentile(burst, 0.5), floor.Percentile(burst, 0.99)
 	return res, nil
 }
 

@@ -183,6 +183,11 @@ const (
 	lastPulseCap = 4096
 )
 
+// ReadQuieting returns the quiet periods a read waits for (R13, R27): lone after a lone
+// notification of its URI, burst once a notification arrived within burst of the one before.
+// For the benchmarks, which report what the waits cost.
+func ReadQuieting() (lone, burst time.Duration) { return readQuiet, burstQuiet }
+
 // pulseRun is what the host knows of a URI's latest notifications: when the last arrived, and
 // how many arrived in a row each within burstQuiet of the one before.
 type pulseRun struct {
