@@ -282,12 +282,12 @@ func run(ctx context.Context, c config) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	cpu0 := read()
+	e.m.readCPU = read
 	e2e, err := e.m.measure(ctx, st, c.rate, c.duration, max(10*time.Second, min(time.Minute, b.left()-c.duration-20*time.Second)))
 	if err != nil {
 		return err
 	}
-	e2eCPU := cpuCost{used: read().sub(cpu0), updates: e2e.accepted, idle: e2eIdle}
+	e2eCPU := cpuCost{used: e2e.cpu, updates: e2e.accepted, idle: e2eIdle}
 	if c.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -411,6 +411,15 @@ func run(ctx context.Context, c config) error {
 			fmt.Printf("throughput: e2e-saturation is a lower bound: every rate tried had p99 <= %s (more -steps or a higher -rate would find the point)\n", saturationP99)
 		}
 		fmt.Printf("throughput: saturation (p99 <= %s) steps: %s%s\n", saturationP99, sat.describe(), sat.skipped)
+		// What the offered rate would need, from the cost of an update below saturation: at
+		// saturation the cost per accepted update grows (backlogged tasks, follow-up reads).
+		if ok, found := sat.bestResult(); found && ok.accepted > 0 {
+			below := cpuCost{used: ok.cpu, updates: ok.accepted, idle: e2eIdle}
+			benchline.PrintVs(out, fig(name(fmt.Sprintf("e2e-cpu-marginal-per-update-at-%.0f", ok.offered)), below.marginal(), "ms"),
+				fig(name("e2e-cpu-marginal-per-update"), e2eCPU.marginal(), "ms"))
+			benchline.PrintVs(out, fig(fmt.Sprintf("e2e-cores-busy-at-%.0f-from-%.0f", c.rate, ok.offered), below.coresAt(c.rate), "cores"),
+				fig("machine-cores", float64(runtime.NumCPU()), "cores"))
+		}
 	}
 	fmt.Printf("throughput: goal: e2e-accepted >= 150/s at offered 150/s, p99 <= 250 ms, ratio to floor >= 0.7, 1 workflow task per update\n")
 
@@ -683,6 +692,9 @@ type e2eResult struct {
 	burst              int
 	loneP50, loneP99   time.Duration
 	burstP50, burstP99 time.Duration
+	// cpu is the CPU used from the first mutation until the last was accepted (or the drain
+	// ended), when the mutator reads it.
+	cpu cpuReading
 }
 
 func (r e2eResult) ok() bool { return r.converged && r.p99 <= saturationP99 }
@@ -695,6 +707,8 @@ type mutator struct {
 	count int
 	// latest is each resource's last mutation (kept across measurements).
 	latest map[string]key
+	// readCPU reads the CPU counters around each measurement (nil: not read).
+	readCPU func() cpuReading
 }
 
 // measure mutates random resources at rate for d, then waits at most drain until every
@@ -710,6 +724,10 @@ func (m *mutator) measure(ctx context.Context, st *localstack.Stack, rate float6
 	lastAt := map[string]time.Time{}
 	_, burstQuiet := mcphost.ReadQuieting()
 	interval := time.Duration(float64(time.Second) / rate)
+	var cpu0 cpuReading
+	if m.readCPU != nil {
+		cpu0 = m.readCPU()
+	}
 	res := e2eResult{rate: rate, start: time.Now()}
 	next := res.start
 	for time.Since(res.start) < d && ctx.Err() == nil {
@@ -741,6 +759,9 @@ func (m *mutator) measure(ctx context.Context, st *localstack.Stack, rate float6
 		return res, err
 	}
 	res.end = time.Now()
+	if m.readCPU != nil {
+		res.cpu = m.readCPU().sub(cpu0)
+	}
 	var lat, lone, burst []time.Duration
 	last := res.start
 	res.acceptedInWindow = map[string]int{}
@@ -810,6 +831,16 @@ type saturation struct {
 	skipped      string // why the search stopped before it found the point, if it did
 }
 
+// bestResult is the measurement at the saturation point (false when no rate met the bound).
+func (s saturation) bestResult() (e2eResult, bool) {
+	for _, r := range s.tried {
+		if r.ok() && r.offered == s.best {
+			return r, true
+		}
+	}
+	return e2eResult{}, false
+}
+
 func (s saturation) describe() string {
 	var parts []string
 	for _, r := range s.tried {
@@ -852,7 +883,7 @@ func (m *mutator) saturate(ctx context.Context, st *localstack.Stack, rate float
 			return s, err
 		}
 		s.tried = append(s.tried, r)
-		fmt.Printf("throughput: saturation step at %.0f/s: accepted %.0f/s, p99 %s\n", r.offered, r.perSec, r.p99.Round(time.Millisecond))
+		fmt.Printf("throughput: saturation step at %.0f/s: accepted %.0f/s, p99 %s; CPU: %s\n", r.offered, r.perSec, r.p99.Round(time.Millisecond), r.cpu.describe())
 		if r.ok() {
 			s.best = max(s.best, r.offered)
 			if !up {
