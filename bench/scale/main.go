@@ -42,7 +42,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -61,6 +60,7 @@ import (
 	mcpconfig "github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
+	"github.com/mcpsync/mcpsync/internal/devenv/ports"
 	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
 	"github.com/mcpsync/mcpsync/internal/harness/floor"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
@@ -548,21 +548,18 @@ func retry(timeout time.Duration, f func() error) error {
 	}
 }
 
+// freePorts picks k distinct ports for mcpsync-dev to bind, outside the kernel's ephemeral
+// range (ports.Free): no outgoing connection takes one before mcpsync-dev is up.
 func freePorts(k int) ([]string, error) {
 	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range k {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(out) < k {
+		p, err := ports.Free("127.0.0.1")
 		if err != nil {
 			return nil, err
 		}
-		ls = append(ls, l)
-		out = append(out, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+		if s := strconv.Itoa(p); !slices.Contains(out, s) {
+			out = append(out, s)
+		}
 	}
 	return out, nil
 }

@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/devenv/ports"
 )
 
 // DefaultNamespace is the namespace Start creates when Options.Namespace is empty.
@@ -281,8 +282,17 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// portFor returns port after checking it can be bound, or a free port when port is 0.
+// portFor returns port after checking it can be bound, or a free port when port is 0: one
+// outside the kernel's ephemeral range (ports.Free), which no outgoing connection takes
+// before the server binds it.
 func portFor(service, host string, port int) (int, error) {
+	if port == 0 {
+		p, err := ports.Free(host)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", service, err)
+		}
+		return p, nil
+	}
 	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/mcpsync/mcpsync/internal/devenv/ports"
 	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
@@ -455,12 +456,7 @@ func checkPortFree(host string, port int) error {
 	return l.Close()
 }
 
-// FreePort returns a TCP port on host that was free a moment ago (the kernel picks it).
-func FreePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find a free port on %s: %w", host, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort returns a TCP port on host that was free a moment ago, outside the kernel's
+// ephemeral range (ports.Free): no outgoing connection takes it while the cluster is
+// initialised and started.
+func FreePort(host string) (int, error) { return ports.Free(host) }

@@ -1,0 +1,10 @@
+package ports
+
+// Test hooks.
+var (
+	FreeWith = free
+	Below    = below
+	ParseLow = parseLow
+	EphLow   = ephemeralLow
+	Attempts = attempts
+)

@@ -1,0 +1,106 @@
+package ports_test
+
+import (
+	"net"
+	"strconv"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcpsync/mcpsync/internal/devenv/ports"
+)
+
+func TestParseLow(t *testing.T) {
+	tests := []struct {
+		in  string
+		low int
+		ok  bool
+	}{
+		{"32768\t60999\n", 32768, true},
+		{"1024 65535", 1024, true},
+		{"", 0, false},
+		{"32768", 0, false},
+		{"x 60999", 0, false},
+		{"0 60999", 0, false},
+	}
+	for _, tt := range tests {
+		low, ok := ports.ParseLow(tt.in)
+		if diff := cmp.Diff([]any{tt.low, tt.ok}, []any{low, ok}); diff != "" {
+			t.Errorf("ParseLow(%q) (-want +got):\n%s", tt.in, diff)
+		}
+	}
+}
+
+func TestBelow(t *testing.T) {
+	tests := []struct {
+		name     string
+		low      int
+		ok       bool
+		from, to int
+		fits     bool
+	}{
+		{name: "Linux default", low: 32768, ok: true, from: 16384, to: 32767, fits: true},
+		{name: "narrow room", low: 12000, ok: true, from: 10000, to: 11999, fits: true},
+		{name: "no room", low: 10000, ok: true},
+		{name: "whole range ephemeral", low: 1024, ok: true},
+		{name: "unknown", low: 32768, ok: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			from, to, fits := ports.Below(tt.low, tt.ok)
+			if diff := cmp.Diff([]any{tt.from, tt.to, tt.fits}, []any{from, to, fits}); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// On this machine: Free's ports lie below the kernel's ephemeral range and can be bound.
+func TestFree(t *testing.T) {
+	low, ok := ports.EphLow()
+	if !ok {
+		t.Skip("no ephemeral port range to check against")
+	}
+	seen := map[int]bool{}
+	for range 20 {
+		port, err := ports.Free("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from, to, fits := ports.Below(low, ok); fits && (port < from || port > to) {
+			t.Fatalf("port %d outside [%d, %d] (ephemeral range starts at %d)", port, from, to, low)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatalf("port %d: %v", port, err)
+		}
+		l.Close()
+		seen[port] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("20 picks gave %d distinct ports: %v", len(seen), seen)
+	}
+}
+
+// A taken port is skipped; when every pick is taken, the kernel picks.
+func TestFreeSkipsTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().(*net.TCPAddr).Port
+	// Every pick is the top of the range below busy+1, the busy port itself: the kernel's
+	// port comes back.
+	calls := 0
+	port, err := ports.FreeWith("127.0.0.1", busy+1, true, func(n int) int { calls++; return n - 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port == busy || port == 0 {
+		t.Errorf("port %d, want one other than the taken %d", port, busy)
+	}
+	if calls != ports.Attempts {
+		t.Errorf("%d picks before falling back, want %d", calls, ports.Attempts)
+	}
+}
