@@ -111,7 +111,7 @@ func main() {
 	flag.DurationVar(&c.budget, "budget", 0, "the run's time budget: saturation steps and the in-memory variant are left out (and say so) when they would not fit (0: no limit)")
 	flag.Parse()
 	if flag.NArg() > 0 || c.n <= 0 || c.rate <= 0 || c.duration <= 0 || c.sample < 0 || c.steps < 0 || c.memory < 0 || c.idle < 0 || c.budget < 0 || c.step < 0 || c.baseline <= 0 {
-		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration, -baseline must be positive, -memory, -budget, -step, -steps, -sample not negative, no positional arguments")
+		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration, -baseline must be positive, -memory, -idle, -budget, -step, -steps, -sample not negative, no positional arguments")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -411,8 +411,11 @@ func run(ctx context.Context, c config) error {
 			fmt.Printf("throughput: e2e-saturation is a lower bound: every rate tried had p99 <= %s (more -steps or a higher -rate would find the point)\n", saturationP99)
 		}
 		fmt.Printf("throughput: saturation (p99 <= %s) steps: %s%s\n", saturationP99, sat.describe(), sat.skipped)
-		// What the offered rate would need, from the cost of an update below saturation: at
-		// saturation the cost per accepted update grows (backlogged tasks, follow-up reads).
+		// What the offered rate would need, from the cost of an update at the saturation point:
+		// past it, every update costs more work (workflow tasks go through the matching
+		// service's task table instead of straight to a waiting poller; a superseded change
+		// still costs a signal), so the cost measured there would overstate what the rate
+		// needs.
 		if ok, found := sat.bestResult(); found && ok.accepted > 0 {
 			below := cpuCost{used: ok.cpu, updates: ok.accepted, idle: e2eIdle}
 			benchline.PrintVs(out, fig(name(fmt.Sprintf("e2e-cpu-marginal-per-update-at-%.0f", ok.offered)), below.marginal(), "ms"),
