@@ -149,12 +149,13 @@ func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 		}
 		benchline.PrintVs(out, m, benchline.Figure{Name: fmt.Sprintf("floor-%s-%d", what, n), Value: v(*fl), Unit: unit})
 	}
-	perUpdate := func(v func(cpuReading) time.Duration) func(cpuCost) float64 {
+	// msPer is the CPU time v picks from a phase's readings, per accepted update.
+	msPer := func(v func(cpuReading) time.Duration) func(cpuCost) float64 {
 		return func(c cpuCost) float64 { return c.perUpdate(v(c.used)) }
 	}
-	figure("cpu-per-update", "ms", perUpdate(func(r cpuReading) time.Duration { return r.busy }))
-	figure("cpu-this-process-per-update", "ms", perUpdate(func(r cpuReading) time.Duration { return r.self }))
-	figure("cpu-postgres-per-update", "ms", perUpdate(func(r cpuReading) time.Duration { return r.pg }))
+	figure("cpu-per-update", "ms", msPer(func(r cpuReading) time.Duration { return r.busy }))
+	figure("cpu-this-process-per-update", "ms", msPer(func(r cpuReading) time.Duration { return r.self }))
+	figure("cpu-postgres-per-update", "ms", msPer(func(r cpuReading) time.Duration { return r.pg }))
 	if e2e.used.worker > 0 {
 		benchline.Print(out, benchline.Figure{Name: fmt.Sprintf("e2e-cpu-worker-per-update-%d", n), Value: e2e.perUpdate(e2e.used.worker), Unit: "ms"})
 	}

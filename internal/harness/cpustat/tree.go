@@ -83,11 +83,12 @@ func parseMachine(line string) (busy, total time.Duration, ok bool) {
 // instants known only afterwards (a phase whose start and end another package measured) can
 // be taken from the readings nearest them.
 type Sampler[T any] struct {
-	mu      sync.Mutex
-	at      []time.Time
-	vals    []T
-	stop    chan struct{}
-	stopped chan struct{}
+	mu       sync.Mutex
+	at       []time.Time
+	vals     []T
+	stop     chan struct{}
+	stopOnce sync.Once
+	stopped  chan struct{}
 }
 
 // Sample starts a Sampler that calls read at once and then every interval until Stop.
@@ -133,10 +134,6 @@ func (s *Sampler[T]) At(t time.Time) T {
 
 // Stop stops the readings and waits for the background reader; At still answers.
 func (s *Sampler[T]) Stop() {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
+	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.stopped
 }

@@ -131,11 +131,26 @@ func TestSampler(t *testing.T) {
 	if first != 1 {
 		t.Errorf("the first reading is %d, want 1 (taken at once)", first)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// waitReadings waits until at least k readings were taken.
+	waitReadings := func(k int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for n.Load() < k {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d readings after 10s, want %d", n.Load(), k)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitReadings(3)
 	mid := time.Now()
-	time.Sleep(50 * time.Millisecond)
+	// Every reading above atMid was read after mid; the first one recorded at or after mid is
+	// at most atMid+1, so two more make it lie before the last.
+	atMid := n.Load()
+	waitReadings(atMid + 3)
 	s.Stop()
 	last := n.Load()
+	// Stop waited for the reader to end: no reading may follow, however long one waits.
 	time.Sleep(20 * time.Millisecond)
 	if n.Load() != last {
 		t.Errorf("read %d times after Stop", n.Load()-last)
