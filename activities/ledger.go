@@ -217,6 +217,13 @@ func (a *Ledger) AllocateReadOrdinal(ctx context.Context, in contract.AllocateIn
 // contents were over the source's size bound (Read.TooLarge) passes the same ordinal fence and
 // leaves a TOO_LARGE receipt instead of a version (ledger.RecordTooLarge, issue 14 item 6).
 func (a *Ledger) AcceptResourceVersion(ctx context.Context, in contract.AcceptInput) (contract.AcceptOutput, error) {
+	return a.accept(ctx, in, nil)
+}
+
+// accept is AcceptResourceVersion, storing body (when not nil: the body of in.Read, held in
+// this process and never in a Temporal payload) in the acceptance's own transaction
+// (ledger.AcceptRequest.Body).
+func (a *Ledger) accept(ctx context.Context, in contract.AcceptInput, body []byte) (contract.AcceptOutput, error) {
 	ctx, span := tracing.Start(ctx, tracing.SpanLedgerAccept, trace.SpanKindClient, tracing.AttrSubID.Int64(in.SubscriptionID), tracing.AttrOrdinal.Int64(in.Ordinal))
 	defer span.End() // issue 17: the acceptance point's transaction in the update's trace
 	if in.Read.TooLarge {
@@ -237,6 +244,7 @@ func (a *Ledger) AcceptResourceVersion(ctx context.Context, in contract.AcceptIn
 			MIMEType: in.Read.MIMEType, Digest: in.Read.Digest, Size: in.Read.Size,
 			ServerName: in.Read.ServerName, ServerVersion: in.Read.ServerVersion, LastModified: in.Read.LastModified,
 		},
+		Body: body,
 	})
 	if err != nil {
 		return contract.AcceptOutput{}, permanent(err)

@@ -13,8 +13,9 @@ import (
 
 // LocalRead is the read fast path (issue 16 item 2), run as a local activity in the process of
 // the workflow task: it allocates the ordinal and, when this process holds the subscription's
-// live session, reads, stores the body and offers the answer to the acceptance point — in one
-// activity execution. Every step is the same ledger statement as on the regular path
+// live session, reads and offers the answer to the acceptance point — in one activity
+// execution, the body stored in the acceptance's own transaction (one commit for both,
+// ledger.AcceptRequest.Body). Every step is the same ledger statement as on the regular path
 // (Ledger.AllocateReadOrdinal, Ledger.AcceptResourceVersion, Ledger.RecordNotFound), so every
 // fence holds unchanged (R14, R16, R17, R19, R23); it never reads on a session it does not
 // hold, and a read that does not answer within the input's Handoff is left in flight for
@@ -68,7 +69,7 @@ func (a *LocalRead) LocalRead(ctx context.Context, in contract.LocalReadInput) (
 		out.HandedOff = true
 		return out, nil
 	}
-	read, err := a.Session.finishRead(ctx, c, r)
+	read, body, err := a.Session.answerRead(c, r)
 	if err != nil {
 		// The regular path reads again under the same ordinal, with its retries and its
 		// error handling (a stale session, a permanent refusal).
@@ -86,9 +87,20 @@ func (a *LocalRead) LocalRead(ctx context.Context, in contract.LocalReadInput) (
 		out.Settled, out.Outcome = true, o
 		return out, nil
 	}
-	acc, err := a.Ledger.AcceptResourceVersion(ctx, contract.AcceptInput{ReadID: id, Read: read})
+	// The body is stored in the acceptance's own transaction: one commit for both.
+	acc, err := a.Ledger.accept(ctx, contract.AcceptInput{ReadID: id, Read: read}, body)
 	if err != nil {
-		return out, nil // the workflow offers it, with its retries
+		// The workflow offers the answer again, with its retries, naming the body by its
+		// digest: it must be stored first, as the regular path stores it. If it cannot be,
+		// the read goes on on the host queue under the same ordinal, which stores the body
+		// of its own answer.
+		if body != nil {
+			if _, err := a.Session.Store.PutBlob(ctx, body, read.MIMEType); err != nil {
+				out.Read, out.HandedOff = contract.ReadOutput{}, true
+				return out, nil
+			}
+		}
+		return out, nil
 	}
 	out.Settled, out.Outcome, out.VersionID = true, acc.Outcome, acc.VersionID
 	return out, nil

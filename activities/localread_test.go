@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 )
 
 // Issue 16 item 2, the fast path on a real session and ledger: on the process holding the
-// session it allocates, reads and accepts in one call (one resources/read); elsewhere it only
+// session it allocates, reads and accepts in one call (one resources/read), storing the body
+// in the acceptance's transaction, or before it returns when the acceptance failed; elsewhere it only
 // allocates; a read held past the handoff is left in flight and MCPRead of the same request
 // joins it (still one resources/read), and when the close fence overtook it, its late answer
 // is only STALE_AFTER_CLOSE (R19).
@@ -127,13 +129,38 @@ func TestLocalRead(t *testing.T) {
 		Digest: ledger.Digest([]byte("v1")), ServerReads: 1}, run(here, "r1", time.Minute, nil)); diff != "" {
 		t.Errorf("here (-want +got):\n%s", diff)
 	}
+	// The acceptance fails (a trigger makes the ledger refuse the version's row): the answer
+	// is left for the workflow to offer on the regular path, which names the body by its
+	// digest only, so the body is stored before the fast path returns.
+	srv.Set(u, "v2", "text/plain")
+	if _, err := store.Pool().Exec(ctx, `CREATE FUNCTION fail_v2() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'test: version rows are refused'; END $$;
+		CREATE TRIGGER fail_v2 BEFORE INSERT ON resource_versions FOR EACH ROW EXECUTE FUNCTION fail_v2()`); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 2, Here: true, Digest: ledger.Digest([]byte("v2")), ServerReads: 2},
+		run(here, "r2", time.Minute, nil)); diff != "" {
+		t.Errorf("acceptance failed (-want +got):\n%s", diff)
+	}
+	if _, err := store.Pool().Exec(ctx, `DROP TRIGGER fail_v2 ON resource_versions`); err != nil {
+		t.Fatal(err)
+	}
+	if body, err := store.Blob(ctx, ledger.Digest([]byte("v2"))); err != nil || string(body) != "v2" {
+		t.Errorf("body of the answer left to the workflow: %q, %v; want it stored", body, err)
+	}
+	acc, err := led.AcceptResourceVersion(ctx, contract.AcceptInput{ReadID: mcpsync.ReadID{SubscriptionID: sub.ID, Generation: sub.Generation,
+		SessionGeneration: gen, URI: u, Ordinal: 2, RequestID: "r2"}, Read: contract.ReadOutput{Found: true, Digest: ledger.Digest([]byte("v2")),
+		MIMEType: "text/plain", Size: 2}})
+	if err != nil || acc.Outcome != mcpsync.OutcomeAccepted {
+		t.Fatalf("offering the answer again: %+v %v", acc, err)
+	}
 	// Elsewhere: allocated, not read.
-	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 2, ServerReads: 1}, run(elsewhere, "r2", time.Minute, nil)); diff != "" {
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 3, ServerReads: 2}, run(elsewhere, "r2e", time.Minute, nil)); diff != "" {
 		t.Errorf("elsewhere (-want +got):\n%s", diff)
 	}
 	// Held past the handoff: MCPRead joins the same resources/read, which is accepted.
 	hold("v3")
-	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 3, Here: true, HandedOff: true, ServerReads: 2,
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 4, Here: true, HandedOff: true, ServerReads: 3,
 		JoinedOutcome: mcpsync.OutcomeAccepted, JoinedReadDigest: ledger.Digest([]byte("v3"))}, run(here, "r3", 50*time.Millisecond, nil)); diff != "" {
 		t.Errorf("held past the handoff (-want +got):\n%s", diff)
 	}
@@ -144,12 +171,12 @@ func TestLocalRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 4, Here: true, HandedOff: true, ServerReads: 3,
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeAllocated, Ordinal: 5, Here: true, HandedOff: true, ServerReads: 4,
 		JoinedOutcome: mcpsync.OutcomeStaleAfterClose, JoinedReadDigest: ledger.Digest([]byte("v4"))}, run(here, "r4", 50*time.Millisecond, fence)); diff != "" {
 		t.Errorf("held past the handoff, overtaken by the close fence (-want +got):\n%s", diff)
 	}
 	// After the fence: refused at allocation (R18), nothing read.
-	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeNotActive, ServerReads: 3}, run(here, "r5", time.Minute, nil)); diff != "" {
+	if diff := cmp.Diff(got{Alloc: mcpsync.OutcomeNotActive, ServerReads: 4}, run(here, "r5", time.Minute, nil)); diff != "" {
 		t.Errorf("after the fence (-want +got):\n%s", diff)
 	}
 	vs, err := store.Versions(ctx, sub.ID)
@@ -160,7 +187,14 @@ func TestLocalRead(t *testing.T) {
 	for _, v := range vs {
 		digests = append(digests, v.Digest)
 	}
-	if diff := cmp.Diff([]string{ledger.Digest([]byte("v1")), ledger.Digest([]byte("v3"))}, digests); diff != "" {
+	if diff := cmp.Diff([]string{ledger.Digest([]byte("v1")), ledger.Digest([]byte("v2")), ledger.Digest([]byte("v3"))}, digests); diff != "" {
 		t.Errorf("versions (-want +got):\n%s", diff)
+	}
+	// Every accepted version names a stored body: v1's stored in its acceptance's own
+	// transaction, v2's before the fast path gave the answer back, v3's by the joined read.
+	for i, v := range vs {
+		if body, err := store.Blob(ctx, v.Digest); err != nil || string(body) != fmt.Sprintf("v%d", i+1) {
+			t.Errorf("body of version %d: %q, %v; want %q", i+1, body, err, fmt.Sprintf("v%d", i+1))
+		}
 	}
 }

@@ -250,17 +250,31 @@ func (a *Session) takeInflight(reqID string, c *mcphost.Conn) *pendingRead {
 // in the blob table, not-found as Found=false, an answer over the size bound as TooLarge, and
 // errors classified (classify).
 func (a *Session) finishRead(ctx context.Context, c *mcphost.Conn, r *pendingRead) (contract.ReadOutput, error) {
+	out, body, err := a.answerRead(c, r)
+	if err != nil || body == nil {
+		return out, err
+	}
+	if _, err := a.Store.PutBlob(ctx, body, out.MIMEType); err != nil {
+		return contract.ReadOutput{}, boundError(err)
+	}
+	return out, nil
+}
+
+// answerRead is finishRead without storing the body: it returns the body of a found answer
+// within the size bound (nil otherwise) beside the result, for the fast path to store in the
+// acceptance's own transaction (ledger.AcceptRequest.Body). out.Digest is the body's digest.
+func (a *Session) answerRead(c *mcphost.Conn, r *pendingRead) (out contract.ReadOutput, body []byte, err error) {
 	caps := c.Caps()
 	// What the server says about itself and its content is recorded as the ledger stores
 	// it (ledger.SafeText): a NUL in it must not fail the accept on every retry.
 	// Both are bounded too (ledger.BoundedText): no server string of more than a few KiB
 	// reaches a Temporal payload (issue 14 item 6).
-	out := contract.ReadOutput{ServerName: ledger.BoundedText(caps.ServerName), ServerVersion: ledger.BoundedText(caps.ServerVersion)}
+	out = contract.ReadOutput{ServerName: ledger.BoundedText(caps.ServerName), ServerVersion: ledger.BoundedText(caps.ServerVersion)}
 	out.SentAt = r.sentAt
 	res, err := r.res, r.err
 	if err != nil {
 		if IsNotFound(err) {
-			return out, nil
+			return out, nil, nil
 		}
 		// The answer was cut off at the transport, before decoding, for exceeding the
 		// message bound of the source's --max-bytes (mcphost.MessageLimit, issue 14 item 6):
@@ -268,9 +282,9 @@ func (a *Session) finishRead(ctx context.Context, c *mcphost.Conn, r *pendingRea
 		// is above MaxBytes.
 		if limit, ok := mcphost.MessageTooLarge(err); ok {
 			out.Found, out.TooLarge, out.Size, out.MaxBytes = true, true, limit, c.Source().Connection.EffectiveMaxBytes()
-			return out, nil
+			return out, nil, nil
 		}
-		return contract.ReadOutput{}, boundError(a.classify(c, "resources/read", err))
+		return contract.ReadOutput{}, nil, boundError(a.classify(c, "resources/read", err))
 	}
 	// The size bound is checked before anything is stored or encoded (issue 14 item 6): a
 	// larger resource is reported as TooLarge, for the acceptance point to record a TOO_LARGE
@@ -280,18 +294,17 @@ func (a *Session) finishRead(ctx context.Context, c *mcphost.Conn, r *pendingRea
 		if len(res.Contents) == 1 {
 			out.MIMEType = ledger.BoundedText(res.Contents[0].MIMEType)
 		}
-		return out, nil
+		return out, nil, nil
 	}
 	body, mime, err := Body(res)
 	if err != nil {
-		return contract.ReadOutput{}, boundError(temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanent, err))
+		return contract.ReadOutput{}, nil, boundError(temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanent, err))
 	}
-	digest, err := a.Store.PutBlob(ctx, body, mime)
-	if err != nil {
-		return contract.ReadOutput{}, boundError(err)
+	if body == nil {
+		body = []byte{} // found, and empty: still a body to store
 	}
-	out.Found, out.Digest, out.MIMEType, out.Size = true, digest, ledger.BoundedText(mime), int64(len(body))
-	return out, nil
+	out.Found, out.Digest, out.MIMEType, out.Size = true, ledger.Digest(body), ledger.BoundedText(mime), int64(len(body))
+	return out, body, nil
 }
 
 // ContentsSize is the size of a read's contents as the size bound counts it: the bytes of

@@ -21,17 +21,23 @@ func Digest(body []byte) string {
 // answer before the acceptance point names it (SPEC.md "Retention").
 func (s *Store) PutBlob(ctx context.Context, body []byte, mimeType string) (string, error) {
 	d := Digest(body)
-	if body == nil {
-		body = []byte{}
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO content_blobs (digest, mime_type, size, body) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (digest) DO UPDATE SET created_at = now()
-		WHERE content_blobs.created_at < now() - make_interval(secs => $5)`, d, SafeText(mimeType), len(body), body,
-		blobTouchEvery.Seconds())
-	if err != nil {
+	q := putBlob(d, body, mimeType)
+	if _, err := s.pool.Exec(ctx, q.sql, q.args...); err != nil {
 		return "", fmt.Errorf("ledger: put blob: %w", err)
 	}
 	return d, nil
+}
+
+// putBlob is PutBlob's statement for body and its digest (Digest(body)), for PutBlob and for
+// an acceptance that stores the body in its own transaction (AcceptRequest.Body).
+func putBlob(digest string, body []byte, mimeType string) queued {
+	if body == nil {
+		body = []byte{}
+	}
+	return queued{sql: `INSERT INTO content_blobs (digest, mime_type, size, body) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (digest) DO UPDATE SET created_at = now()
+		WHERE content_blobs.created_at < now() - make_interval(secs => $5)`,
+		args: []any{digest, SafeText(mimeType), len(body), body, blobTouchEvery.Seconds()}}
 }
 
 // Blob returns the body stored under digest, or ErrNotFound.

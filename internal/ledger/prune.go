@@ -32,8 +32,9 @@ const DefaultPruneOlderThan = 720 * time.Hour
 const DefaultPruneBatch = 5000
 
 // BlobGrace is the least age of a content blob Prune deletes, whatever PruneOptions.OlderThan
-// says: a read stores its body (PutBlob) before its answer reaches the acceptance point, so a
-// young blob that no version names yet may be about to be named. PutBlob refreshes the age of
+// says: a read stores its body (PutBlob) before its answer reaches the acceptance point (or,
+// on the fast path, in the acceptance's own transaction: AcceptRequest.Body), so a young blob
+// that no version names yet may be about to be named. PutBlob refreshes the age of
 // a blob stored again (once it is older than blobTouchEvery), so the body of an answer on its
 // way to the acceptance point is younger than BlobGrace unless the answer took most of an hour.
 const BlobGrace = time.Hour

@@ -86,6 +86,20 @@ const lockSubscriptionSQL = `SELECT 1 FROM subscriptions WHERE id = $1 FOR NO KE
 // scan error (dest not matching stmt's columns, a programming error) comes after the server
 // has run COMMIT, as the whole batch is sent at once.
 func (s *Store) lockedRow(ctx context.Context, id int64, stmt string, args []any, dest ...any) error {
+	return s.lockedRowAfter(ctx, id, nil, stmt, args, dest...)
+}
+
+// queued is a statement that lockedRowAfter runs, for its effect only, between the row lock
+// and the deciding statement.
+type queued struct {
+	sql  string
+	args []any
+}
+
+// lockedRowAfter is lockedRow with the statements in before run, in order, after the lock
+// and before stmt, in the same transaction and the same round trip; an error in any of them
+// rolls the whole transaction back.
+func (s *Store) lockedRowAfter(ctx context.Context, id int64, before []queued, stmt string, args []any, dest ...any) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -94,11 +108,14 @@ func (s *Store) lockedRow(ctx context.Context, id int64, stmt string, args []any
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`) // readCommitted, as inTx sets it
 	b.Queue(lockSubscriptionSQL, id)
+	for _, q := range before {
+		b.Queue(q.sql, q.args...)
+	}
 	b.Queue(stmt, args...)
 	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
 	_, err = br.Exec()
-	if err == nil {
+	for i := 0; i < 1+len(before) && err == nil; i++ {
 		_, err = br.Exec()
 	}
 	if err == nil {
