@@ -46,10 +46,12 @@ func (c *Conn) QuietFor(serverURI string) time.Duration {
 	return r.quiet()
 }
 
-// ReadQuiet, BurstQuiet and ReadQuietMax are AwaitQuiet's quiet periods and cap.
+// ReadQuiet, BurstQuiet and ReadQuietMax are AwaitQuiet's quiet periods and cap; BurstPulses
+// is how many notifications in a row make a burst.
 const (
 	ReadQuiet    = readQuiet
 	BurstQuiet   = burstQuiet
+	BurstPulses  = burstPulses
 	ReadQuietMax = readQuietMax
 )
 
