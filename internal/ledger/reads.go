@@ -196,11 +196,13 @@ type AcceptRequest struct {
 	RequestID         string
 	Version           VersionInfo
 	// Body, when not nil, is the read's body: it is stored under Version.Digest (as PutBlob
-	// stores it, with Version.MIMEType) in the acceptance's own transaction, before its
-	// statement, so that the answer costs one transaction and one commit instead of two. It
-	// is stored whatever the outcome, as PutBlob before an acceptance would have stored it
-	// (Prune removes a body no version names, SPEC.md "Retention"). Version.Digest must be
-	// its digest (Digest).
+	// stores it, with Version.MIMEType) in the acceptance's own transaction, so that the
+	// answer costs one transaction and one commit instead of two. It is stored after the
+	// acceptance's statement, whose foreign-key checks lock the source's row: the order in
+	// which a source's purge takes the two (the source, then its blobs), so the two cannot
+	// deadlock. It is stored whatever the outcome, as PutBlob before an acceptance would have
+	// stored it (Prune removes a body no version names, SPEC.md "Retention"). Version.Digest
+	// must be its digest (Digest).
 	Body []byte
 }
 
@@ -343,16 +345,16 @@ func (s *Store) acceptOnce(ctx context.Context, req AcceptRequest) (AcceptResult
 	var kind *string
 	var versionID *int64
 	var exists bool
-	var before []queued
+	var then []queued
 	if req.Body != nil {
-		before = append(before, putBlob(req.Version.Digest, req.Body, req.Version.MIMEType))
+		then = append(then, putBlob(req.Version.Digest, req.Body, req.Version.MIMEType))
 	}
-	err := s.lockedRowAfter(ctx, req.SubscriptionID, before, acceptSQL,
+	err := s.lockedRowThen(ctx, req.SubscriptionID, acceptSQL,
 		[]any{req.SubscriptionID, req.Generation, req.SessionGeneration, req.URI, req.Ordinal,
 			req.RequestID, req.Version.Digest, SafeText(req.Version.MIMEType), req.Version.Size,
 			SafeText(req.Version.ServerName), SafeText(req.Version.ServerVersion), SafeText(req.Version.LastModified),
 			req.idemKey()},
-		&kind, &versionID, &exists, new(int64))
+		then, &kind, &versionID, &exists, new(int64))
 	if err != nil {
 		return AcceptResult{}, err
 	}

@@ -86,20 +86,20 @@ const lockSubscriptionSQL = `SELECT 1 FROM subscriptions WHERE id = $1 FOR NO KE
 // scan error (dest not matching stmt's columns, a programming error) comes after the server
 // has run COMMIT, as the whole batch is sent at once.
 func (s *Store) lockedRow(ctx context.Context, id int64, stmt string, args []any, dest ...any) error {
-	return s.lockedRowAfter(ctx, id, nil, stmt, args, dest...)
+	return s.lockedRowThen(ctx, id, stmt, args, nil, dest...)
 }
 
-// queued is a statement that lockedRowAfter runs, for its effect only, between the row lock
-// and the deciding statement.
+// queued is a statement that lockedRowThen runs, for its effect only, after the deciding
+// statement.
 type queued struct {
 	sql  string
 	args []any
 }
 
-// lockedRowAfter is lockedRow with the statements in before run, in order, after the lock
-// and before stmt, in the same transaction and the same round trip; an error in any of them
-// rolls the whole transaction back.
-func (s *Store) lockedRowAfter(ctx context.Context, id int64, before []queued, stmt string, args []any, dest ...any) error {
+// lockedRowThen is lockedRow with the statements in then run, in order, after stmt, in the
+// same transaction and the same round trip; an error in any of them rolls the whole
+// transaction back, stmt's effects included.
+func (s *Store) lockedRowThen(ctx context.Context, id int64, stmt string, args []any, then []queued, dest ...any) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -108,18 +108,21 @@ func (s *Store) lockedRowAfter(ctx context.Context, id int64, before []queued, s
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`) // readCommitted, as inTx sets it
 	b.Queue(lockSubscriptionSQL, id)
-	for _, q := range before {
+	b.Queue(stmt, args...)
+	for _, q := range then {
 		b.Queue(q.sql, q.args...)
 	}
-	b.Queue(stmt, args...)
 	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
 	_, err = br.Exec()
-	for i := 0; i < 1+len(before) && err == nil; i++ {
+	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
 		err = br.QueryRow().Scan(dest...)
+	}
+	for i := 0; i < len(then) && err == nil; i++ {
+		_, err = br.Exec()
 	}
 	if err == nil {
 		_, err = br.Exec()
