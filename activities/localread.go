@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
+	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 
@@ -75,6 +76,9 @@ func (a *LocalRead) LocalRead(ctx context.Context, in contract.LocalReadInput) (
 		// error handling (a stale session, a permanent refusal).
 		out.HandedOff = true
 		return out, nil
+	}
+	if body != nil {
+		read.Digest = ledger.Digest(body)
 	}
 	out.Read = read
 	id := mcpsync.ReadID{SubscriptionID: in.Allocate.SubscriptionID, Generation: in.Allocate.Generation,

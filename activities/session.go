@@ -254,7 +254,7 @@ func (a *Session) finishRead(ctx context.Context, c *mcphost.Conn, r *pendingRea
 	if err != nil || body == nil {
 		return out, err
 	}
-	if _, err := a.Store.PutBlob(ctx, body, out.MIMEType); err != nil {
+	if out.Digest, err = a.Store.PutBlob(ctx, body, out.MIMEType); err != nil {
 		return contract.ReadOutput{}, boundError(err)
 	}
 	return out, nil
@@ -262,7 +262,8 @@ func (a *Session) finishRead(ctx context.Context, c *mcphost.Conn, r *pendingRea
 
 // answerRead is finishRead without storing the body: it returns the body of a found answer
 // within the size bound (nil otherwise) beside the result, for the fast path to store in the
-// acceptance's own transaction (ledger.AcceptRequest.Body). out.Digest is the body's digest.
+// acceptance's own transaction (ledger.AcceptRequest.Body). out.Digest is left to the caller,
+// which digests the body once, where it stores it or names it.
 func (a *Session) answerRead(c *mcphost.Conn, r *pendingRead) (out contract.ReadOutput, body []byte, err error) {
 	caps := c.Caps()
 	// What the server says about itself and its content is recorded as the ledger stores
@@ -303,7 +304,7 @@ func (a *Session) answerRead(c *mcphost.Conn, r *pendingRead) (out contract.Read
 	if body == nil {
 		body = []byte{} // found, and empty: still a body to store
 	}
-	out.Found, out.Digest, out.MIMEType, out.Size = true, ledger.Digest(body), ledger.BoundedText(mime), int64(len(body))
+	out.Found, out.MIMEType, out.Size = true, ledger.BoundedText(mime), int64(len(body))
 	return out, body, nil
 }
 
