@@ -17,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // rangeFile holds the kernel's ephemeral port range ("low high").
@@ -32,12 +33,35 @@ const (
 // attempts bounds the random picks that Free tries before it lets the kernel pick.
 const attempts = 64
 
-// Free returns a TCP port on host that could be bound a moment ago, outside the kernel's
-// ephemeral range when that range is known and leaves room below it; otherwise one the
-// kernel picks.
+// Free returns a TCP port on host that could be bound a moment ago and that Free has not
+// returned before in this process, outside the kernel's ephemeral range when that range is
+// known and leaves room below it; otherwise one the kernel picks.
 func Free(host string) (int, error) {
 	low, ok := ephemeralLow()
 	return free(host, low, ok, rand.IntN)
+}
+
+// handed holds the ports Free has returned in this process. Their servers bind them later,
+// and until then a bind check finds them free: without it a later pick could return one of
+// them again (the embedded Temporal server alone takes four at one start, and a restart asks
+// again for the ports it had).
+var handed struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// hand records port as returned and reports whether it had not been returned before.
+func hand(port int) bool {
+	handed.Lock()
+	defer handed.Unlock()
+	if handed.ports[port] {
+		return false
+	}
+	if handed.ports == nil {
+		handed.ports = map[int]bool{}
+	}
+	handed.ports[port] = true
+	return true
 }
 
 // free is Free with the ephemeral range's low end (ok: known) and the random source given.
@@ -45,8 +69,12 @@ func free(host string, low int, ok bool, intN func(int) int) (int, error) {
 	if from, to, fits := below(low, ok); fits {
 		for range attempts {
 			port := from + intN(to-from+1)
-			if l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))); err == nil {
-				l.Close()
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				continue
+			}
+			l.Close()
+			if hand(port) {
 				return port, nil
 			}
 		}

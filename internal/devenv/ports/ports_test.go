@@ -1,6 +1,7 @@
 package ports_test
 
 import (
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"testing"
@@ -102,5 +103,32 @@ func TestFreeSkipsTaken(t *testing.T) {
 	}
 	if calls != ports.Attempts {
 		t.Errorf("%d picks before falling back, want %d", calls, ports.Attempts)
+	}
+}
+
+// A port Free returned is not returned again in this process, even though nothing has bound
+// it yet: its server binds it later (CI saw the embedded Temporal server's worker service fail
+// with "address already in use" on a restart).
+func TestFreeNeverReturnsAPortTwice(t *testing.T) {
+	low, ok := ports.EphLow()
+	from, to, fits := ports.Below(low, ok)
+	if !fits {
+		t.Skip("no room below the ephemeral port range")
+	}
+	offset := rand.IntN(to - from + 1)
+	same := func(int) int { return offset }
+	first, err := ports.FreeWith("127.0.0.1", low, ok, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != from+offset {
+		t.Skipf("port %d is taken on this machine", from+offset)
+	}
+	second, err := ports.FreeWith("127.0.0.1", low, ok, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Errorf("Free returned port %d twice", first)
 	}
 }
