@@ -7,7 +7,9 @@
 // seconds, any process's next connection may take it, and the server then fails to start
 // ("address already in use"). Free picks below the ephemeral range instead, where the kernel
 // never assigns a port on its own: only another server that asks for that very port can take
-// it in between.
+// it in between. Free itself never hands one port to two callers that have yet to bind it:
+// not within a process (handed), nor across the processes of a machine that pick with this
+// package (claim: go test runs packages in parallel processes, each starting servers).
 package ports
 
 import (
@@ -33,9 +35,10 @@ const (
 // attempts bounds the random picks that Free tries before it lets the kernel pick.
 const attempts = 64
 
-// Free returns a TCP port on host that could be bound a moment ago and that Free has not
-// returned before in this process, outside the kernel's ephemeral range when that range is
-// known and leaves room below it; otherwise one the kernel picks.
+// Free returns a TCP port on host that could be bound a moment ago, that Free has not
+// returned before in this process and that no other live process of this machine got from
+// Free, outside the kernel's ephemeral range when that range is known and leaves room below
+// it; otherwise one the kernel picks.
 func Free(host string) (int, error) {
 	low, ok := ephemeralLow()
 	return free(host, low, ok, rand.IntN)
@@ -50,11 +53,12 @@ var handed struct {
 	ports map[int]bool
 }
 
-// hand records port as returned and reports whether it had not been returned before.
+// hand records port as returned and reports whether it had not been returned before in this
+// process and this process could claim it from the others (claim).
 func hand(port int) bool {
 	handed.Lock()
 	defer handed.Unlock()
-	if handed.ports[port] {
+	if handed.ports[port] || !claim(port) {
 		return false
 	}
 	if handed.ports == nil {

@@ -1,8 +1,13 @@
 package ports_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"testing"
 
@@ -130,5 +135,96 @@ func TestFreeNeverReturnsAPortTwice(t *testing.T) {
 	}
 	if second == first {
 		t.Errorf("Free returned port %d twice", first)
+	}
+}
+
+// holderEnv, set to "low:offset", makes the test binary the holding process of
+// TestFreeAcrossProcesses: it picks with the ephemeral range's low end low and every random
+// pick at offset, prints the port Free returned and holds it until its standard input ends.
+const holderEnv = "MCPSYNC_PORTS_TEST_HOLDER"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(holderEnv); v != "" {
+		os.Exit(hold(v))
+	}
+	os.Exit(m.Run())
+}
+
+func hold(v string) int {
+	var low, offset int
+	if _, err := fmt.Sscanf(v, "%d:%d", &low, &offset); err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		return 2
+	}
+	port, err := ports.FreeWith("127.0.0.1", low, true, func(int) int { return offset })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		return 1
+	}
+	fmt.Println(port)
+	io.Copy(io.Discard, os.Stdin) //nolint:errcheck // held until the test closes it
+	return 0
+}
+
+// A port another live process got from Free, and has not bound yet, is not returned: go test
+// runs packages in parallel processes, each starting servers on the ports it picked. Once that
+// process has exited, the port can be returned again.
+func TestFreeAcrossProcesses(t *testing.T) {
+	low, ok := ports.EphLow()
+	from, to, fits := ports.Below(low, ok)
+	if !fits {
+		t.Skip("no room below the ephemeral port range")
+	}
+	offset := rand.IntN(to - from + 1)
+	holder := exec.Command(os.Args[0], "-test.run=^$")
+	holder.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%d", holderEnv, low, offset))
+	holder.Stderr = os.Stderr
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	release := func() error {
+		stdin.Close()
+		return holder.Wait()
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		release() //nolint:errcheck
+		t.Fatalf("the holding process printed no port: %v", err)
+	}
+	held, err := strconv.Atoi(line[:len(line)-1])
+	if err != nil {
+		release() //nolint:errcheck
+		t.Fatal(err)
+	}
+	if held != from+offset {
+		release() //nolint:errcheck
+		t.Skipf("port %d is taken on this machine", from+offset)
+	}
+	same := func(int) int { return offset }
+	got, err := ports.FreeWith("127.0.0.1", low, ok, same)
+	if err != nil {
+		release() //nolint:errcheck
+		t.Fatal(err)
+	}
+	if got == held {
+		t.Errorf("Free returned port %d, which a live process got from Free and holds", held)
+	}
+	if err := release(); err != nil {
+		t.Fatalf("holding process: %v", err)
+	}
+	again, err := ports.FreeWith("127.0.0.1", low, ok, same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != held {
+		t.Errorf("after the holding process exited, Free returned %d, want the released %d", again, held)
 	}
 }
