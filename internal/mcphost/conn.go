@@ -44,6 +44,12 @@ type Conn struct {
 	// arrived in its current burst (guarded by nmu); AwaitQuiet reads it.
 	lastPulse map[string]pulseRun
 
+	// smu guards signals: per normalized URI, when the last resources/read of it was sent on
+	// this session and which subscriptions hold a signal no read has answered yet
+	// (signalPending, route.go).
+	smu     sync.Mutex
+	signals map[string]*uriSignals
+
 	// listen carries the resource subscriptions of a 2026-07-28 session on
 	// subscriptions/listen streams (listenhost.go); nil on a 2025-11-25 session.
 	listen *ListenSet

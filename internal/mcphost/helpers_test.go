@@ -270,17 +270,34 @@ type recorder struct {
 	mu      sync.Mutex
 	sigs    []signal
 	changed chan struct{}
+	// reader, when set (readOn), reads the URI of each resource-updated signal.
+	reader *mcphost.Conn
 }
 
 func newRecorder() *recorder { return &recorder{changed: make(chan struct{})} }
 
-// SignalWorkflow records the signal.
-func (r *recorder) SignalWorkflow(_ context.Context, workflowID, _ string, name string, arg any) error {
+// readOn makes the recorder read on c the URI of every resource-updated signal it records,
+// before SignalWorkflow returns, as a live subscription reads because of its signal. Without
+// reads the host leaves a later notification of the URI to the read the pending signal calls
+// for, and signals it no more (R13).
+func (r *recorder) readOn(c *mcphost.Conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.reader = c
+}
+
+// SignalWorkflow records the signal, and reads its URI when readOn asked for it.
+func (r *recorder) SignalWorkflow(ctx context.Context, workflowID, _ string, name string, arg any) error {
+	r.mu.Lock()
 	r.sigs = append(r.sigs, signal{WorkflowID: workflowID, Name: name, Arg: arg})
 	close(r.changed)
 	r.changed = make(chan struct{})
+	c := r.reader
+	r.mu.Unlock()
+	if u, ok := arg.(contract.ResourceUpdated); ok && c != nil {
+		// Its outcome does not matter (an encoded URI may name nothing): it was sent.
+		_, _ = c.Session().ReadResource(ctx, &mcp.ReadResourceParams{URI: u.ServerURI})
+	}
 	return nil
 }
 

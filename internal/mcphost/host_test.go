@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
@@ -237,6 +238,7 @@ func TestNotificationRouting(t *testing.T) {
 	sig := newRecorder()
 	h := f.startHost("host-a", mcphost.Options{}, sig)
 	c := f.waitSession(h, src.ID, 0)
+	sig.readOn(c) // every signal leads to a read, so that each case is signalled
 	gen := c.Generation()
 	subs := map[string]ledger.Subscription{}
 	for k, u := range uris {
@@ -334,6 +336,70 @@ func TestNotificationRouting(t *testing.T) {
 	}
 }
 
+// A notification of a URI whose subscription holds a signal no read has answered yet is
+// recorded but not signalled (R13): the read that signal calls for goes out after it and sees
+// its change. Once a read of the URI has been sent, the next notification is signalled again;
+// a subscription of the same URI that holds no such signal is signalled at once.
+func TestNotificationLeftToPendingSignalsRead(t *testing.T) {
+	f := newFixture(t)
+	srv, hs := f.chaosHTTP(chaosmcp.Options{})
+	const u = "demo://notes/pending"
+	srv.Set(u, "0", "text/plain")
+	src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
+	sig := newRecorder()
+	h := f.startHost("host-a", mcphost.Options{}, sig)
+	c := f.waitSession(h, src.ID, 0)
+	a := f.activeSub(src.ID, u, c.Generation())
+	if err := c.Subscribe(f.ctx, u, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	seqs := func(s []signal) map[string][]int64 {
+		m := map[string][]int64{}
+		for _, g := range updates(s) {
+			m[g.WorkflowID] = append(m[g.WorkflowID], g.Seq)
+		}
+		return m
+	}
+	srv.Set(u, "1", "text/plain")
+	first := updates(sig.wait(t, "first notification signalled", func(s []signal) bool { return len(updates(s)) == 1 }))[0].Seq
+
+	// A second subscription of the URI, not signalled so far.
+	if _, _, err := f.store.GrantAccess(f.ctx, "q", src.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.store.EnsureSubscription(f.ctx, ledger.EnsureSpec{
+		Principal: "q", SourceID: src.ID, URI: u, ServerURI: u, WorkflowID: "wf q " + u,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = f.bind(b, c.Generation())
+	if err := c.Subscribe(f.ctx, u, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	srv.Set(u, "2", "text/plain")
+	sig.wait(t, "second notification signalled to the second subscription", func(s []signal) bool { return len(seqs(s)[b.WorkflowID]) == 1 })
+
+	// The read the first signal calls for, as the first subscription sends it.
+	if _, err := c.Session().ReadResource(f.ctx, &mcp.ReadResourceParams{URI: u}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Set(u, "3", "text/plain")
+	// The third notification is routed after the second (one URI, one lane), so once both
+	// its signals arrived the second's are all in.
+	got := seqs(sig.wait(t, "third notification signalled", func(s []signal) bool {
+		m := seqs(s)
+		return len(m[a.WorkflowID]) >= 2 && len(m[b.WorkflowID]) >= 2
+	}))
+	want := map[string][]int64{a.WorkflowID: {first, first + 2}, b.WorkflowID: {first + 1, first + 2}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("signalled sequence numbers (-want +got):\n%s", diff)
+	}
+	if s := f.sub(a.ID); s.LastNotificationSeq != first+2 {
+		t.Errorf("ledger: the first subscription's last notification is %d, want %d (every notification is recorded)", s.LastNotificationSeq, first+2)
+	}
+}
+
 // Each notification gets the next local sequence number of its session, in arrival order,
 // duplicates included; a new session starts again from 1 under its new generation, and the
 // ledger records the newest (generation, seq) per subscription.
@@ -346,6 +412,7 @@ func TestNotificationSequenceStrictlyIncreasing(t *testing.T) {
 	sig := newRecorder()
 	h := f.startHost("host-a", mcphost.Options{}, sig)
 	c := f.waitSession(h, src.ID, 0)
+	sig.readOn(c) // every signal leads to a read, so that each notification is signalled
 	sub := f.activeSub(src.ID, u, c.Generation())
 	if err := c.Subscribe(f.ctx, u, sub.ID); err != nil {
 		t.Fatal(err)
@@ -380,6 +447,7 @@ func TestNotificationSequenceStrictlyIncreasing(t *testing.T) {
 	srv.ClearFaults()
 	srv.Restart()
 	c2 := f.waitSession(h, src.ID, c.Generation())
+	sig.readOn(c2)
 	sub = f.bind(f.sub(sub.ID), c2.Generation())
 	if err := c2.Subscribe(f.ctx, u, sub.ID); err != nil {
 		t.Fatal(err)

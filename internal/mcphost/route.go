@@ -212,7 +212,8 @@ func (c *Conn) routeBatch(batch []notification, log *zap.Logger) {
 }
 
 // record normalizes a notification's URI, records it in the ledger and signals the
-// subscriptions it matches. The ledger writes an audit receipt instead when it matches
+// subscriptions it matches, but for those whose pending signal's read covers it
+// (signalPending). The ledger writes an audit receipt instead when it matches
 // nothing live (old session, unknown URI, closed subscription, older sequence number); a
 // retry after a lost reply gets the same targets again, so the signal is still sent.
 func (c *Conn) record(n notification, log *zap.Logger) {
@@ -252,12 +253,107 @@ func (c *Conn) record(n notification, log *zap.Logger) {
 		log.Debug("notification audited", zap.String("uri", n.serverURI), zap.String("audit", string(audit)))
 	}
 	for _, t := range targets {
+		if c.signalPending(norm, t) {
+			continue // its pending signal's read covers this notification (R13)
+		}
 		if err := retry(ctx, func(ctx context.Context) error {
 			return sig.SignalWorkflow(ctx, t.WorkflowID, "", contract.SignalResourceUpdated, contract.ResourceUpdated{
 				SessionGeneration: c.gen, Seq: n.seq, ServerURI: n.serverURI, Pulses: n.pulses, ReceivedAt: n.receivedAt,
 			})
 		}); err != nil {
 			log.Warn("signalling subscription failed", zap.String("workflow", t.WorkflowID), zap.Error(err))
+			continue
 		}
+		c.noteSignalled(norm, t, n.receivedAt)
 	}
+}
+
+// uriSignals is what a session knows of one URI's signals (signalPending): when the last
+// resources/read of it was sent, and, per subscription (ID and generation), when the latest
+// notification it was signalled arrived.
+type uriSignals struct {
+	readAt    time.Time
+	signalled map[signalTarget]time.Time
+}
+
+type signalTarget struct{ subscription, generation int64 }
+
+// signalPending reports whether a notification of the normalized URI norm, arriving now,
+// needs no signal to t (R13): t was signalled an earlier notification of norm that arrived
+// after the last resources/read of norm sent on this session. The subscription reads because
+// of that signal — the read it has sent so far went out before that notification arrived, so
+// neither its read nor its follow-up rule (resolvePulses, coveredByLastRead) counts it covered,
+// and a subscription not yet live reads when it is — and no read of norm has been sent since,
+// so that read goes out after this notification arrived and sees what it announces.
+// Suppressing the signal spares a signal and a workflow task of the subscription; the
+// notification is still recorded in the ledger. Every clock reading is this host's, on one
+// session; a new session starts with nothing pending.
+func (c *Conn) signalPending(norm string, t ledger.NotificationTarget) bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	u := c.signals[norm]
+	if u == nil {
+		return false
+	}
+	at, ok := u.signalled[signalTarget{t.SubscriptionID, t.Generation}]
+	return ok && at.After(u.readAt)
+}
+
+// noteSignalled records that t was signalled a notification of norm that arrived at
+// receivedAt (after the signal was delivered: a read sent in between is later than
+// receivedAt and so still counts).
+func (c *Conn) noteSignalled(norm string, t ledger.NotificationTarget, receivedAt time.Time) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	u := c.uriSignals(norm)
+	if u.signalled == nil {
+		u.signalled = map[signalTarget]time.Time{}
+	}
+	k := signalTarget{t.SubscriptionID, t.Generation}
+	if receivedAt.After(u.signalled[k]) {
+		u.signalled[k] = receivedAt
+	}
+}
+
+// noteReadSent records that a resources/read of the server URI raw is being sent on this
+// session now. It runs before the request is written (sending middleware, session.go), so a
+// notification that finds it not yet recorded arrived before the read went out.
+func (c *Conn) noteReadSent(raw string) {
+	norm, err := uri.Normalize(raw)
+	if err != nil {
+		norm = raw
+	}
+	now := time.Now()
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	u := c.uriSignals(norm)
+	u.readAt = now
+	clear(u.signalled) // each signal before now is answered by this read or came after it
+}
+
+// stampReads is sending middleware that records each resources/read of the session as sent
+// (noteReadSent) before passing it on, for signalPending.
+func (c *Conn) stampReads(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "resources/read" {
+			if p, ok := req.GetParams().(*mcp.ReadResourceParams); ok && p != nil {
+				c.noteReadSent(p.URI)
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// uriSignals returns norm's entry, made when missing; c.smu must be held. Entries are made
+// only for URIs read or signalled on this session: its subscriptions' URIs.
+func (c *Conn) uriSignals(norm string) *uriSignals {
+	if c.signals == nil {
+		c.signals = map[string]*uriSignals{}
+	}
+	u := c.signals[norm]
+	if u == nil {
+		u = &uriSignals{}
+		c.signals[norm] = u
+	}
+	return u
 }

@@ -45,6 +45,7 @@ func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, 
 		KeepAliveFailureThreshold:  2,
 	})
 	GuardClient(client, Guard{Audit: c.auditProtocol})
+	client.AddSendingMiddleware(c.stampReads)
 	listen := c.newListenSet(log)
 	listen.Install(client)
 	defer listen.Close()
