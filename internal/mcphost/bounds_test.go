@@ -166,14 +166,9 @@ func TestNotificationQueueOverflowLosesNothing(t *testing.T) {
 // (with the digest of the whole).
 func TestLongNotificationURIsAreBounded(t *testing.T) {
 	f := newFixture(t)
-	srv, hs := f.chaosHTTP(chaosmcp.Options{})
 	const subscribed = "demo://long/x/a"
-	srv.Set(subscribed, "0", "text/plain")
-	src := f.addSource(ledger.SourceSpec{Name: "long", Transport: ledger.TransportHTTP, URL: hs.URL})
-	sig := newRecorder()
-	h := f.startHost("host-a", mcphost.Options{}, sig)
-	c := f.waitSession(h, src.ID, 0)
-	sub := f.activeSub(src.ID, subscribed, c.Generation())
+	s := f.subscribeURI(subscribed)
+	srv, src, sig, sub := s.srv, s.src, s.sig, s.sub
 	serverSeq := srv.Sessions()[0].Seq
 	dotted := "demo://long/x/" + strings.Repeat("b/../", 20000) + "a" // 100 KiB, normalizes to subscribed
 	if err := srv.SendUpdate(serverSeq, dotted); err != nil {

@@ -258,6 +258,34 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
+// subscribedURI is one URI served by a fault-injecting HTTP server, a source on it, a host
+// signalling a recorder, its session, and an ACTIVE subscription of the URI bound to that
+// session and subscribed on the server.
+type subscribedURI struct {
+	srv *chaosmcp.Server
+	src ledger.Source
+	sig *recorder
+	h   *mcphost.Host
+	c   *mcphost.Conn
+	sub ledger.Subscription
+}
+
+// subscribeURI sets up a subscribedURI for u, whose body starts as "0".
+func (f *fixture) subscribeURI(u string) subscribedURI {
+	f.t.Helper()
+	srv, hs := f.chaosHTTP(chaosmcp.Options{})
+	srv.Set(u, "0", "text/plain")
+	src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
+	sig := newRecorder()
+	h := f.startHost("host-a", mcphost.Options{}, sig)
+	c := f.waitSession(h, src.ID, 0)
+	sub := f.activeSub(src.ID, u, c.Generation())
+	if err := c.Subscribe(f.ctx, u, sub.ID); err != nil {
+		f.t.Fatal(err)
+	}
+	return subscribedURI{srv: srv, src: src, sig: sig, h: h, c: c, sub: sub}
+}
+
 // signal is one signal a recorder received.
 type signal struct {
 	WorkflowID string

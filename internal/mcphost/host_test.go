@@ -342,17 +342,9 @@ func TestNotificationRouting(t *testing.T) {
 // a subscription of the same URI that holds no such signal is signalled at once.
 func TestNotificationLeftToPendingSignalsRead(t *testing.T) {
 	f := newFixture(t)
-	srv, hs := f.chaosHTTP(chaosmcp.Options{})
 	const u = "demo://notes/pending"
-	srv.Set(u, "0", "text/plain")
-	src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
-	sig := newRecorder()
-	h := f.startHost("host-a", mcphost.Options{}, sig)
-	c := f.waitSession(h, src.ID, 0)
-	a := f.activeSub(src.ID, u, c.Generation())
-	if err := c.Subscribe(f.ctx, u, a.ID); err != nil {
-		t.Fatal(err)
-	}
+	s := f.subscribeURI(u)
+	srv, src, sig, c, a := s.srv, s.src, s.sig, s.c, s.sub
 	seqs := func(s []signal) map[string][]int64 {
 		m := map[string][]int64{}
 		for _, g := range updates(s) {
@@ -405,18 +397,10 @@ func TestNotificationLeftToPendingSignalsRead(t *testing.T) {
 // ledger records the newest (generation, seq) per subscription.
 func TestNotificationSequenceStrictlyIncreasing(t *testing.T) {
 	f := newFixture(t)
-	srv, hs := f.chaosHTTP(chaosmcp.Options{})
 	const u = "demo://notes/seq"
-	srv.Set(u, "0", "text/plain")
-	src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
-	sig := newRecorder()
-	h := f.startHost("host-a", mcphost.Options{}, sig)
-	c := f.waitSession(h, src.ID, 0)
+	s := f.subscribeURI(u)
+	srv, src, sig, h, c, sub := s.srv, s.src, s.sig, s.h, s.c, s.sub
 	sig.readOn(c) // every signal leads to a read, so that each notification is signalled
-	sub := f.activeSub(src.ID, u, c.Generation())
-	if err := c.Subscribe(f.ctx, u, sub.ID); err != nil {
-		t.Fatal(err)
-	}
 	const changes, copies = 40, 3
 	srv.SetUpdateDuplicates(copies - 1)
 	srv.ReorderUpdates(4)

@@ -111,16 +111,24 @@ func TestFreeSkipsTaken(t *testing.T) {
 	}
 }
 
-// A port Free returned is not returned again in this process, even though nothing has bound
-// it yet: its server binds it later (CI saw the embedded Temporal server's worker service fail
-// with "address already in use" on a restart).
-func TestFreeNeverReturnsAPortTwice(t *testing.T) {
+// randomPick is the machine's ephemeral range's low end, the lowest port Free picks below it
+// and a random offset from there; it skips the test when there is no room below the range.
+func randomPick(t *testing.T) (low, from, offset int) {
+	t.Helper()
 	low, ok := ports.EphLow()
 	from, to, fits := ports.Below(low, ok)
 	if !fits {
 		t.Skip("no room below the ephemeral port range")
 	}
-	offset := rand.IntN(to - from + 1)
+	return low, from, rand.IntN(to - from + 1)
+}
+
+// A port Free returned is not returned again in this process, even though nothing has bound
+// it yet: its server binds it later (CI saw the embedded Temporal server's worker service fail
+// with "address already in use" on a restart).
+func TestFreeNeverReturnsAPortTwice(t *testing.T) {
+	low, from, offset := randomPick(t)
+	ok := true
 	same := func(int) int { return offset }
 	first, err := ports.FreeWith("127.0.0.1", low, ok, same)
 	if err != nil {
@@ -170,12 +178,8 @@ func hold(v string) int {
 // runs packages in parallel processes, each starting servers on the ports it picked. Once that
 // process has exited, the port can be returned again.
 func TestFreeAcrossProcesses(t *testing.T) {
-	low, ok := ports.EphLow()
-	from, to, fits := ports.Below(low, ok)
-	if !fits {
-		t.Skip("no room below the ephemeral port range")
-	}
-	offset := rand.IntN(to - from + 1)
+	low, from, offset := randomPick(t)
+	ok := true
 	holder := exec.Command(os.Args[0], "-test.run=^$")
 	holder.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%d", holderEnv, low, offset))
 	holder.Stderr = os.Stderr
