@@ -81,19 +81,20 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 	if spec.Principal == "" || spec.URI == "" || spec.ServerURI == "" || spec.WorkflowID == "" {
 		return Subscription{}, fmt.Errorf("ledger: ensure subscription %+v: %w", spec, ErrInvalid)
 	}
-	var id int64
+	var sub Subscription
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// The upsert either opens (or reopens) the subscription or finds it open. A grant
 		// committed between the upsert and the look-up below makes the look-up see a CLOSED
 		// row the upsert skipped for want of a grant: run the upsert again (a new statement, a
 		// new snapshot, so it now sees the grant), never return a CLOSED row as opened.
 		for attempt := 0; ; attempt++ {
-			opened, closed, err := ensureSubscriptionOnce(ctx, tx, spec, &id)
+			opened, closed, err := ensureSubscriptionOnce(ctx, tx, spec, &sub)
 			if err != nil || opened {
 				return err
 			}
 			if !closed {
-				return nil
+				// The open row found, read in this transaction: one transaction per start.
+				return readSubscription(ctx, tx, sub.ID, &sub)
 			}
 			if attempt == 2 {
 				return fmt.Errorf("subscription of %q on source %d stayed CLOSED while its grant changed under three attempts", spec.Principal, spec.SourceID)
@@ -103,13 +104,26 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 	if err != nil {
 		return Subscription{}, fmt.Errorf("ledger: ensure subscription: %w", err)
 	}
-	return s.SubscriptionByID(ctx, id)
+	return sub, nil
+}
+
+// subscriptionByIDSQL reads one subscription with its source's name.
+const subscriptionByIDSQL = `SELECT ` + subscriptionColumns + `
+	FROM subscriptions s JOIN sources so ON so.id = s.source_id WHERE s.id = $1`
+
+// readSubscription reads subscription id into *x within tx.
+func readSubscription(ctx context.Context, tx pgx.Tx, id int64, x *Subscription) error {
+	v, err := scanSubscription(tx.QueryRow(ctx, subscriptionByIDSQL, id))
+	if err != nil {
+		return notFound(err, fmt.Sprintf("ledger: subscription %d", id))
+	}
+	*x = v
+	return nil
 }
 
 // SubscriptionByID returns one subscription, or ErrNotFound.
 func (s *Store) SubscriptionByID(ctx context.Context, id int64) (Subscription, error) {
-	x, err := scanSubscription(s.pool.QueryRow(ctx, `SELECT `+subscriptionColumns+`
-		FROM subscriptions s JOIN sources so ON so.id = s.source_id WHERE s.id = $1`, id))
+	x, err := scanSubscription(s.pool.QueryRow(ctx, subscriptionByIDSQL, id))
 	if err != nil {
 		return Subscription{}, notFound(err, fmt.Sprintf("ledger: subscription %d", id))
 	}
@@ -311,61 +325,67 @@ func (s *Store) RestoreFromTombstone(ctx context.Context, id, gen, sessionGen in
 var testHookEnsureLookup func()
 
 // ensureSubscriptionOnce runs EnsureSubscription's upsert once. opened reports a new or
-// reopened subscription (its receipt written); otherwise *id is the existing row and closed
-// reports that it is CLOSED although a grant now stands (the caller upserts again).
-func ensureSubscriptionOnce(ctx context.Context, tx pgx.Tx, spec EnsureSpec, id *int64) (opened, closed bool, err error) {
+// reopened subscription: its receipt is written by the same statement and *sub is the row as
+// the statement left it. Otherwise sub.ID is the existing row and closed reports that it is
+// CLOSED although a grant now stands (the caller upserts again).
+func ensureSubscriptionOnce(ctx context.Context, tx pgx.Tx, spec EnsureSpec, sub *Subscription) (opened, closed bool, err error) {
 	// The standing grant is locked FOR SHARE in the same statement, so a revocation either
 	// waits for this subscription (and then closes it) or commits first (and this one is
 	// refused): no subscription opens past a revocation.
-	err = tx.QueryRow(ctx, `
+	x, err := scanSubscription(tx.QueryRow(ctx, `
 		WITH g AS MATERIALIZED (
 			SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL FOR SHARE),
 		-- A source being removed holds its row FOR UPDATE: this waits for it and then sees
 		-- removed_at, or RemoveSource waits for this and then lists the subscription (issue 14).
-		so AS MATERIALIZED (SELECT 1 FROM sources WHERE id = $2 AND removed_at IS NULL FOR KEY SHARE)
-		INSERT INTO subscriptions (principal, source_id, uri, server_uri, workflow_id)
-		SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM so)
-		ON CONFLICT (principal, source_id, uri) DO UPDATE SET
-			generation = subscriptions.generation + 1,
-			state = 'DISCOVERED', state_reason = 'subscribed again after close',
-			session_generation = 0, close_ordinal = NULL, server_uri = EXCLUDED.server_uri,
-			last_accepted_digest = NULL,
-			started_at = now(), ended_at = NULL, updated_at = now()
-		WHERE subscriptions.state = 'CLOSED'
-		RETURNING id`, spec.Principal, spec.SourceID, spec.URI, spec.ServerURI, spec.WorkflowID).Scan(id)
-	if err == pgx.ErrNoRows {
-		if testHookEnsureLookup != nil {
-			testHookEnsureLookup()
-		}
-		// One statement: whether a grant stands, and the existing row with its state.
-		var granted, removed bool
-		var state string
-		err := tx.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL),
-				coalesce((SELECT id FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), 0),
-				coalesce((SELECT state FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), ''),
-				EXISTS (SELECT 1 FROM sources WHERE id = $2 AND removed_at IS NOT NULL)`,
-			spec.Principal, spec.SourceID, spec.URI).Scan(&granted, id, &state, &removed)
-		switch {
-		case err != nil:
-			return false, false, err
-		case !granted:
-			return false, false, &GrantError{Principal: spec.Principal, SourceID: spec.SourceID}
-		case removed && (*id == 0 || state == string(mcpsync.StateClosed)):
-			// Nothing opens on a removed source; one open already is found (its removal
-			// closes it).
-			return false, false, fmt.Errorf("source %d: %w", spec.SourceID, ErrSourceRemoved)
-		case *id == 0:
-			// Granted, but no row: the grant committed after the upsert's snapshot and the
-			// row does not exist yet. Upsert again.
-			return false, true, nil
-		}
-		return false, state == string(mcpsync.StateClosed), nil
+		so AS MATERIALIZED (SELECT 1 FROM sources WHERE id = $2 AND removed_at IS NULL FOR KEY SHARE),
+		s AS (
+			INSERT INTO subscriptions (principal, source_id, uri, server_uri, workflow_id)
+			SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM so)
+			ON CONFLICT (principal, source_id, uri) DO UPDATE SET
+				generation = subscriptions.generation + 1,
+				state = 'DISCOVERED', state_reason = 'subscribed again after close',
+				session_generation = 0, close_ordinal = NULL, server_uri = EXCLUDED.server_uri,
+				last_accepted_digest = NULL,
+				started_at = now(), ended_at = NULL, updated_at = now()
+			WHERE subscriptions.state = 'CLOSED'
+			RETURNING *),
+		r AS (
+			INSERT INTO receipts (kind, source_id, subscription_id, generation, uri)
+			SELECT 'SUBSCRIPTION_OPENED', source_id, id, generation, uri FROM s)
+		SELECT `+subscriptionColumns+` FROM s JOIN sources so ON so.id = s.source_id`,
+		spec.Principal, spec.SourceID, spec.URI, spec.ServerURI, spec.WorkflowID))
+	if err == nil {
+		*sub = x
+		return true, false, nil
 	}
-	if err != nil {
+	if err != pgx.ErrNoRows {
 		return false, false, err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO receipts (kind, source_id, subscription_id, generation, uri)
-		SELECT 'SUBSCRIPTION_OPENED', source_id, id, generation, uri FROM subscriptions WHERE id = $1`, *id)
-	return err == nil, false, err
+	if testHookEnsureLookup != nil {
+		testHookEnsureLookup()
+	}
+	// One statement: whether a grant stands, and the existing row with its state.
+	var granted, removed bool
+	var state string
+	err = tx.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL),
+			coalesce((SELECT id FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), 0),
+			coalesce((SELECT state FROM subscriptions WHERE principal = $1 AND source_id = $2 AND uri = $3), ''),
+			EXISTS (SELECT 1 FROM sources WHERE id = $2 AND removed_at IS NOT NULL)`,
+		spec.Principal, spec.SourceID, spec.URI).Scan(&granted, &sub.ID, &state, &removed)
+	switch {
+	case err != nil:
+		return false, false, err
+	case !granted:
+		return false, false, &GrantError{Principal: spec.Principal, SourceID: spec.SourceID}
+	case removed && (sub.ID == 0 || state == string(mcpsync.StateClosed)):
+		// Nothing opens on a removed source; one open already is found (its removal
+		// closes it).
+		return false, false, fmt.Errorf("source %d: %w", spec.SourceID, ErrSourceRemoved)
+	case sub.ID == 0:
+		// Granted, but no row: the grant committed after the upsert's snapshot and the
+		// row does not exist yet. Upsert again.
+		return false, true, nil
+	}
+	return false, state == string(mcpsync.StateClosed), nil
 }
