@@ -94,7 +94,8 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 			}
 			if !closed {
 				// The open row found, read in this transaction: one transaction per start.
-				return readSubscription(ctx, tx, sub.ID, &sub)
+				sub, err = subscriptionByID(ctx, tx, sub.ID)
+				return err
 			}
 			if attempt == 2 {
 				return fmt.Errorf("subscription of %q on source %d stayed CLOSED while its grant changed under three attempts", spec.Principal, spec.SourceID)
@@ -107,27 +108,24 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 	return sub, nil
 }
 
-// subscriptionByIDSQL reads one subscription with its source's name.
-const subscriptionByIDSQL = `SELECT ` + subscriptionColumns + `
-	FROM subscriptions s JOIN sources so ON so.id = s.source_id WHERE s.id = $1`
-
-// readSubscription reads subscription id into *x within tx.
-func readSubscription(ctx context.Context, tx pgx.Tx, id int64, x *Subscription) error {
-	v, err := scanSubscription(tx.QueryRow(ctx, subscriptionByIDSQL, id))
-	if err != nil {
-		return notFound(err, fmt.Sprintf("ledger: subscription %d", id))
-	}
-	*x = v
-	return nil
+// rowQuerier runs a query expected to return one row: the pool, or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// SubscriptionByID returns one subscription, or ErrNotFound.
-func (s *Store) SubscriptionByID(ctx context.Context, id int64) (Subscription, error) {
-	x, err := scanSubscription(s.pool.QueryRow(ctx, subscriptionByIDSQL, id))
+// subscriptionByID reads one subscription with its source's name through q, or ErrNotFound.
+func subscriptionByID(ctx context.Context, q rowQuerier, id int64) (Subscription, error) {
+	x, err := scanSubscription(q.QueryRow(ctx, `SELECT `+subscriptionColumns+`
+		FROM subscriptions s JOIN sources so ON so.id = s.source_id WHERE s.id = $1`, id))
 	if err != nil {
 		return Subscription{}, notFound(err, fmt.Sprintf("ledger: subscription %d", id))
 	}
 	return x, nil
+}
+
+// SubscriptionByID returns one subscription, or ErrNotFound.
+func (s *Store) SubscriptionByID(ctx context.Context, id int64) (Subscription, error) {
+	return subscriptionByID(ctx, s.pool, id)
 }
 
 // SubscriptionByKey returns the subscription of (principal, source name, normalized URI), or
