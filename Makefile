@@ -58,8 +58,11 @@ conformance:
 ## is interrupted (SIGINT, killed 20 s later) and counts as failed,
 ## so `make bench` never hangs; throughput and scale are given a -budget a little shorter and
 ## stop in time by themselves, printing what they measured.
-## Build: the bench commands are compiled once into bin/bench/ first (timed against its budget,
-## never interrupted), so no step's time includes compiling.
+## Build: the commands `make run` uses (`make build-run`, which scale runs as processes) and
+## one binary with every benchmark as a subcommand, bin/bench/mcpsync-bench (`go run ./bench
+## NAME -flags` runs one), are compiled first, timed against the build budget and never
+## interrupted: no step's time includes compiling, the embedded Temporal server is linked
+## into the benchmarks once, and bench-total is the whole wall time, build included.
 ## Throughput (issue 16): on the embedded default `make run` starts (its Temporal persistence
 ## and dynamic config, mcpsync-worker as its own process, a fsync'd ledger), 1,000
 ## subscriptions at 150 mutations/s: accepted/s and p50/p99 next to the floor (the simplest
@@ -79,7 +82,7 @@ conformance:
 ## Prune: `mcpsync prune` over a simulated day of 200 subscriptions. PRUNEBENCHFLAGS.
 ## Persistence (issue 16): the embedded server's persistence options with the floor workload
 ## (300 workflows at 150 signals/s here, so that the step fits its budget on 2 cores;
-## `bin/bench/persistence` alone runs 1,000). PERSISTBENCHFLAGS passes flags.
+## `bin/bench/mcpsync-bench persistence` alone runs 1,000). PERSISTBENCHFLAGS passes flags.
 ## Scale (issue 16): 10,000 live subscriptions on one worker on the `make run` processes: time
 ## to ACTIVE (or, at its budget, how many were ACTIVE and the rate) next to the floor (3,000 of
 ## the cheapest entity workflow started the same way on a fresh mcpsync-dev of their own: a
@@ -104,7 +107,7 @@ BENCH_BUDGET_persistence     ?= 150
 BENCH_BUDGET_scale           ?= 540
 BENCH_BUDGET_gateway         ?= 55
 BENCH_QUICK_GOAL             ?= 180
-BENCH_QUICK_BUDGET_build     ?= 30
+BENCH_QUICK_BUDGET_build     ?= 45
 BENCH_QUICK_BUDGET_throughput ?= 120
 BENCH_QUICK_BUDGET_storm     ?= 60
 BENCH_QUICK_BUDGET_revoke    ?= 40
@@ -130,34 +133,34 @@ BENCH_BUILD_STEP = echo "== bench build (budget $(1) s)"; s=$$(date +%s); \
 BENCH_END  = el=$$(( $$(date +%s) - t0 )); \
 	echo "bench: bench-total $$el s (baseline bench-goal $(1) s, ratio $$(awk -v a=$$el -v b=$(1) 'BEGIN { printf "%.2f", a / b }'))"; \
 	[ -z "$$failed" ] || { echo "bench: FAILED:$$failed" >&2; exit 1; }
-BENCH_BUILD = $(GO) build -o $(BB)/ ./bench/... ./cmd/mcpsync-gate
+BENCH_BUILD = $(MAKE) --no-print-directory build-run && $(GO) build -o $(BB)/mcpsync-bench ./bench
 
-bench: build-run
+bench:
 	@t0=$$(date +%s); failed=; \
 	$(call BENCH_BUILD_STEP,$(BENCH_BUDGET_build)); \
-	$(call BENCH_STEP,throughput,$(BENCH_BUDGET_throughput),$(BB)/throughput -worker-bin $(BIN)/mcpsync-worker -duration 20s -step 10s -steps 3 -memory 20s -budget $$(( $(BENCH_BUDGET_throughput) - 30 ))s $(THROUGHPUTFLAGS)); \
-	$(call BENCH_STEP,storm,$(BENCH_BUDGET_storm),$(BB)/mcpsync-gate --only storm); \
-	$(call BENCH_STEP,revoke,$(BENCH_BUDGET_revoke),$(BB)/revoke $(BENCHFLAGS)); \
-	$(call BENCH_STEP,scan,$(BENCH_BUDGET_scan),$(BB)/scan -budget $$(( $(BENCH_BUDGET_scan) - 12 ))s $(SCANBENCHFLAGS)); \
-	$(call BENCH_STEP,ledger,$(BENCH_BUDGET_ledger),$(BB)/ledger -duration 9s -rounds 3 $(LEDGERBENCHFLAGS)); \
-	$(call BENCH_STEP,prune,$(BENCH_BUDGET_prune),$(BB)/prune -subscriptions 200 $(PRUNEBENCHFLAGS)); \
-	$(call BENCH_STEP,persistence,$(BENCH_BUDGET_persistence),$(BB)/persistence -duration 10s -drain 20s -workflows 300 $(PERSISTBENCHFLAGS)); \
-	$(call BENCH_STEP,scale,$(BENCH_BUDGET_scale),$(BB)/scale -bin $(BIN) -n 10000 -floor 3000 -probe 15s -budget $$(( $(BENCH_BUDGET_scale) - 25 ))s $(SCALEBENCHFLAGS)); \
-	$(call BENCH_STEP,gateway,$(BENCH_BUDGET_gateway),$(BB)/gateway -duration 5s $(GATEWAYBENCHFLAGS)); \
+	$(call BENCH_STEP,throughput,$(BENCH_BUDGET_throughput),$(BB)/mcpsync-bench throughput -worker-bin $(BIN)/mcpsync-worker -duration 20s -step 10s -steps 3 -memory 20s -budget $$(( $(BENCH_BUDGET_throughput) - 30 ))s $(THROUGHPUTFLAGS)); \
+	$(call BENCH_STEP,storm,$(BENCH_BUDGET_storm),$(BB)/mcpsync-bench gate --only storm); \
+	$(call BENCH_STEP,revoke,$(BENCH_BUDGET_revoke),$(BB)/mcpsync-bench revoke $(BENCHFLAGS)); \
+	$(call BENCH_STEP,scan,$(BENCH_BUDGET_scan),$(BB)/mcpsync-bench scan -budget $$(( $(BENCH_BUDGET_scan) - 12 ))s $(SCANBENCHFLAGS)); \
+	$(call BENCH_STEP,ledger,$(BENCH_BUDGET_ledger),$(BB)/mcpsync-bench ledger -duration 9s -rounds 3 $(LEDGERBENCHFLAGS)); \
+	$(call BENCH_STEP,prune,$(BENCH_BUDGET_prune),$(BB)/mcpsync-bench prune -subscriptions 200 $(PRUNEBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(BENCH_BUDGET_persistence),$(BB)/mcpsync-bench persistence -duration 10s -drain 20s -workflows 300 $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,scale,$(BENCH_BUDGET_scale),$(BB)/mcpsync-bench scale -bin $(BIN) -n 10000 -floor 3000 -probe 15s -budget $$(( $(BENCH_BUDGET_scale) - 25 ))s $(SCALEBENCHFLAGS)); \
+	$(call BENCH_STEP,gateway,$(BENCH_BUDGET_gateway),$(BB)/mcpsync-bench gateway -duration 5s $(GATEWAYBENCHFLAGS)); \
 	$(call BENCH_END,$(BENCH_GOAL))
 
-bench-quick: build-run
+bench-quick:
 	@t0=$$(date +%s); failed=; \
 	$(call BENCH_BUILD_STEP,$(BENCH_QUICK_BUDGET_build)); \
-	$(call BENCH_STEP,throughput,$(BENCH_QUICK_BUDGET_throughput),$(BB)/throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 50 -rate 20 -duration 5s -step 3s -steps 1 -sample 20 -baseline 1s -memory 5s -budget $$(( $(BENCH_QUICK_BUDGET_throughput) - 20 ))s $(THROUGHPUTFLAGS)); \
-	$(call BENCH_STEP,storm,$(BENCH_QUICK_BUDGET_storm),$(BB)/mcpsync-gate --only storm --storm-resources 10); \
-	$(call BENCH_STEP,revoke,$(BENCH_QUICK_BUDGET_revoke),$(BB)/revoke -subscriptions 100 -principals 10 -indexes 3 -probes 20 $(BENCHFLAGS)); \
-	$(call BENCH_STEP,scan,$(BENCH_QUICK_BUDGET_scan),$(BB)/scan -resources 5000 -runs 1 $(SCANBENCHFLAGS)); \
-	$(call BENCH_STEP,ledger,$(BENCH_QUICK_BUDGET_ledger),$(BB)/ledger -duration 3s -rounds 1 -warmup 1s -scale 1 $(LEDGERBENCHFLAGS)); \
-	$(call BENCH_STEP,prune,$(BENCH_QUICK_BUDGET_prune),$(BB)/prune -subscriptions 100 -sources 2 -hours 3 $(PRUNEBENCHFLAGS)); \
-	$(call BENCH_STEP,persistence,$(BENCH_QUICK_BUDGET_persistence),$(BB)/persistence -workflows 50 -rate 20 -duration 3s $(PERSISTBENCHFLAGS)); \
-	$(call BENCH_STEP,scale,$(BENCH_QUICK_BUDGET_scale),$(BB)/scale -bin $(BIN) -n 200 -probe 3s -budget $$(( $(BENCH_QUICK_BUDGET_scale) - 20 ))s $(SCALEBENCHFLAGS)); \
-	$(call BENCH_STEP,gateway,$(BENCH_QUICK_BUDGET_gateway),$(BB)/gateway -agents 2 -duration 2s -updates 5 $(GATEWAYBENCHFLAGS)); \
+	$(call BENCH_STEP,throughput,$(BENCH_QUICK_BUDGET_throughput),$(BB)/mcpsync-bench throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 50 -rate 20 -duration 3s -step 2s -steps 1 -sample 20 -baseline 1s -memory 3s -idle 1s -budget $$(( $(BENCH_QUICK_BUDGET_throughput) - 20 ))s $(THROUGHPUTFLAGS)); \
+	$(call BENCH_STEP,storm,$(BENCH_QUICK_BUDGET_storm),$(BB)/mcpsync-bench gate --only storm --storm-resources 10 --storm-rounds 3); \
+	$(call BENCH_STEP,revoke,$(BENCH_QUICK_BUDGET_revoke),$(BB)/mcpsync-bench revoke -subscriptions 100 -principals 10 -indexes 3 -probes 20 $(BENCHFLAGS)); \
+	$(call BENCH_STEP,scan,$(BENCH_QUICK_BUDGET_scan),$(BB)/mcpsync-bench scan -resources 5000 -runs 1 $(SCANBENCHFLAGS)); \
+	$(call BENCH_STEP,ledger,$(BENCH_QUICK_BUDGET_ledger),$(BB)/mcpsync-bench ledger -duration 2s -rounds 1 -warmup 500ms -scale 1 $(LEDGERBENCHFLAGS)); \
+	$(call BENCH_STEP,prune,$(BENCH_QUICK_BUDGET_prune),$(BB)/mcpsync-bench prune -subscriptions 100 -sources 2 -hours 3 $(PRUNEBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(BENCH_QUICK_BUDGET_persistence),$(BB)/mcpsync-bench persistence -workflows 50 -rate 20 -duration 2s $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,scale,$(BENCH_QUICK_BUDGET_scale),$(BB)/mcpsync-bench scale -bin $(BIN) -n 200 -probe 2s -budget $$(( $(BENCH_QUICK_BUDGET_scale) - 20 ))s $(SCALEBENCHFLAGS)); \
+	$(call BENCH_STEP,gateway,$(BENCH_QUICK_BUDGET_gateway),$(BB)/mcpsync-bench gateway -agents 2 -duration 1s -updates 5 $(GATEWAYBENCHFLAGS)); \
 	$(call BENCH_END,$(BENCH_QUICK_GOAL))
 
 ## deps: install missing PostgreSQL binaries and interop npm packages

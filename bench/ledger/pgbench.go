@@ -1,6 +1,6 @@
 // The pgbench baseline of the ledger bench, and the database it runs against.
 
-package main
+package ledger
 
 import (
 	"context"

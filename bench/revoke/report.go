@@ -1,6 +1,6 @@
 // Latency summaries and the printed report of the revocation bench.
 
-package main
+package revoke
 
 import (
 	"encoding/json"

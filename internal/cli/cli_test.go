@@ -309,6 +309,7 @@ func TestBadInput(t *testing.T) {
 		{args: []string{"gate", "--resources", "0"}, want: "mcpsync gate: --resources must be positive, got 0"},
 		{args: []string{"gate", "--revocations", "0"}, want: "mcpsync gate: --revocations must be positive, got 0"},
 		{args: []string{"gate", "--storm-resources", "0"}, want: "mcpsync gate: --storm-resources must be positive, got 0"},
+		{args: []string{"gate", "--storm-rounds", "0"}, want: "mcpsync gate: --storm-rounds must be positive, got 0"},
 		{args: []string{"gate", "--json=yes"}, want: `mcpsync gate: invalid boolean value "yes" for -json: parse error {usage}`},
 
 		// explain (its other rows are in explain_test.go; this one keeps every command covered)

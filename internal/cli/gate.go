@@ -18,7 +18,7 @@ func init() {
 // gate runs mcpsync-gate (built next to mcpsync; it embeds a whole deployment, so the CLI does
 // not carry it) with the same arguments, passing its output and exit code through.
 func gate(ctx context.Context, e *runEnv, args []string) error {
-	const usage = "mcpsync gate [--shuffles N] [--resources N] [--converge-for D] [--revocations N] [--storm-resources N] [--only a,b] [--json] [--database URL] [--log-level L] [--log-file F]"
+	const usage = "mcpsync gate [--shuffles N] [--resources N] [--converge-for D] [--revocations N] [--storm-resources N] [--storm-rounds N] [--only a,b] [--json] [--database URL] [--log-level L] [--log-file F]"
 	// The flags of mcpsync-gate (cmd/mcpsync-gate; keep the two in step), declared here so
 	// that bad input is rejected with one line before a whole deployment starts. The section
 	// names of --only are checked by mcpsync-gate itself.
@@ -30,6 +30,7 @@ func gate(ctx context.Context, e *runEnv, args []string) error {
 	resources := fs.Int("resources", 1000, "active resources of the convergence run (R28)")
 	revocations := fs.Int("revocations", 1000, "principals revoked with reads in flight for the revocation latency (R29)")
 	stormResources := fs.Int("storm-resources", 50, "resources of the duplicate-notification storm (R27)")
+	stormRounds := fs.Int("storm-rounds", 10, "changes of every storm resource, one round each (R27)")
 	convergeFor := fs.Duration("converge-for", 60*time.Second, "how long the convergence run (R28) mutates resources, per era")
 	fs.String("log-level", "warn", "log level of the deployment's component logs")
 	fs.String("log-file", "", "file for the deployment's component logs (empty: a new temporary file, named on the console)")
@@ -47,6 +48,9 @@ func gate(ctx context.Context, e *runEnv, args []string) error {
 	}
 	if *stormResources <= 0 {
 		return usageErr("--storm-resources must be positive, got %d", *stormResources)
+	}
+	if *stormRounds <= 0 {
+		return usageErr("--storm-rounds must be positive, got %d", *stormRounds)
 	}
 	if *convergeFor <= 0 {
 		return usageErr("--converge-for must be positive, got %s", *convergeFor)

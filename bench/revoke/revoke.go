@@ -1,4 +1,4 @@
-// Command revokebench measures permission revocation end to end (R29 in docs/SPEC.md): the
+// Package revoke measures permission revocation end to end (R29 in docs/SPEC.md): the
 // time from `mcpsync revoke PRINCIPAL SOURCE` to every affected derived index's invalidation
 // being delivered to that index's outbox consumer, and to the principal's subscriptions being
 // CLOSED through the close fence.
@@ -12,7 +12,7 @@
 // wake-ups, 1 s fallback poll, as `mcpsync outbox tail --follow`), then revokes the principals
 // one at a time and reports p50/p99. The baseline is the same consumers' latency from a
 // committed outbox insert to delivery, without a revocation.
-package main
+package revoke
 
 import (
 	"context"
@@ -46,7 +46,9 @@ type options struct {
 	backstop      time.Duration
 }
 
-func main() {
+// Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
+// the process when it fails; `mcpsync-bench revoke` (package bench) calls it.
+func Main() {
 	var o options
 	flag.StringVar(&o.dbURL, "database-url", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"),
 		"admin URL of a PostgreSQL server to create the bench database on (default: start a private cluster)")

@@ -1,4 +1,4 @@
-// Command gatewaybench measures the MCP gateway (issue 15 item 7) against its baselines, all
+// Package gateway measures the MCP gateway (issue 15 item 7) against its baselines, all
 // in the same run on the same stack:
 //
 //   - reads: N concurrent agent sessions (go-sdk clients, each its own principal and bearer
@@ -20,7 +20,7 @@
 // (internal/harness/benchline). The stack is in-process: the Temporal test server, a fresh
 // ledger database (on -database-url, or a private cluster), one worker with its session host,
 // a chaosmcp upstream over streamable HTTP and the gateway on a loopback port.
-package main
+package gateway
 
 import (
 	"context"
@@ -61,7 +61,9 @@ type options struct {
 	parallel  int
 }
 
-func main() {
+// Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
+// the process when it fails; `mcpsync-bench gateway` (package bench) calls it.
+func Main() {
 	var o options
 	flag.StringVar(&o.dbURL, "database-url", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"),
 		"admin URL of a PostgreSQL server to create the bench database on (default: start a private cluster)")

@@ -1,4 +1,4 @@
-// Command persistence measures the embedded Temporal server (internal/devenv/devtemporal) on
+// Package persistence measures the embedded Temporal server (internal/devenv/devtemporal) on
 // each persistence it offers, with the floor workload (internal/harness/floor: one entity
 // workflow per subscription, signal → no-op local activity → loop) at the same offered rate,
 // in one run (issue 16 item 2): the SQLite file (durable: rollback journal, synchronous
@@ -13,9 +13,9 @@
 //
 //	bench: persistence-<name>-<figure> <value> <unit> (baseline persistence-memory-<figure> <value> <unit>, ratio <r>)
 //
-// go run ./bench/persistence [-workflows 1000] [-rate 150] [-duration 20s] [-runs 1] [-extra] [-only sqlite,postgres]
+// go run ./bench persistence [-workflows 1000] [-rate 150] [-duration 20s] [-runs 1] [-extra] [-only sqlite,postgres]
 // [-database postgres://...admin URL of a server to use instead of a private cluster]
-package main
+package persistence
 
 import (
 	"cmp"
@@ -43,7 +43,9 @@ import (
 	"github.com/mcpsync/mcpsync/internal/redact"
 )
 
-func main() {
+// Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
+// the process when it fails; `mcpsync-bench persistence` (package bench) calls it.
+func Main() {
 	n := flag.Int("workflows", 1000, "entity workflows (subscriptions)")
 	rate := flag.Float64("rate", 150, "offered signals per second")
 	d := flag.Duration("duration", 20*time.Second, "length of each offered phase")

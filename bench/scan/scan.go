@@ -1,4 +1,4 @@
-// Command scan measures what a discovery scan costs: an A/B double scan of a fault-injecting
+// Package scan measures what a discovery scan costs: an A/B double scan of a fault-injecting
 // MCP server with 100,000 resources, run end to end by mcpsync (SourceWorkflow →
 // DiscoveryScanWorkflow → two session-bound rounds paging in memory, digesting, storing their
 // entries in the ledger → the ledger's proof check and catalog), against one raw go-sdk
@@ -13,8 +13,8 @@
 // With -budget, changed-set runs stop early (the medians are of those measured, and it says
 // so) when another would leave no time for the unchanged one.
 //
-//	go run ./bench/scan [-resources 100000] [-page 100] [-runs 5] [-budget 50s] [-era 2025-11-25|2026-07-28]
-package main
+//	go run ./bench scan [-resources 100000] [-page 100] [-runs 5] [-budget 50s] [-era 2025-11-25|2026-07-28]
+package scan
 
 import (
 	"context"
@@ -37,7 +37,9 @@ import (
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
-func main() {
+// Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
+// the process when it fails; `mcpsync-bench scan` (package bench) calls it.
+func Main() {
 	n := flag.Int("resources", 100000, "resources on the server")
 	page := flag.Int("page", 100, "the server's page size")
 	runs := flag.Int("runs", 5, "measurements of each kind (the median is reported)")

@@ -1,4 +1,4 @@
-// Command throughput measures mcpsync end to end on the deployment `make run` starts (issue 16
+// Package throughput measures mcpsync end to end on the deployment `make run` starts (issue 16
 // items 1-3): the embedded Temporal server with its persistence and dynamic config (in this
 // process, as mcpsync-dev runs it in its own), mcpsync-worker as a separate process, a ledger
 // on a PostgreSQL cluster with fsync on, N subscriptions on a fault-injecting MCP server over
@@ -33,8 +33,8 @@
 // from the TEMPORAL_TLS_* and TEMPORAL_API_KEY variables), the stack uses that cluster instead
 // of the embedded one, floor included; -temporal memory uses the in-memory test server.
 //
-//	go run ./bench/throughput [-subscriptions 1000] [-rate 150] [-duration 30s] [-step 10s] [-memory 20s] [-budget 5m]
-package main
+//	go run ./bench throughput [-subscriptions 1000] [-rate 150] [-duration 30s] [-step 10s] [-memory 20s] [-budget 5m]
+package throughput
 
 import (
 	"context"
@@ -90,7 +90,9 @@ type config struct {
 	budget      time.Duration
 }
 
-func main() {
+// Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
+// the process when it fails; `mcpsync-bench throughput` (package bench) calls it.
+func Main() {
 	var c config
 	flag.IntVar(&c.n, "subscriptions", 1000, "number of subscriptions (one resource each), and of floor workflows")
 	flag.Float64Var(&c.rate, "rate", 150, "offered mutations per second during the measurement (mcpsync and floor)")

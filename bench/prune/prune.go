@@ -1,4 +1,4 @@
-// Command prunebench measures retention (issue 17 item 6) on a day of simulated activity: it
+// Package prune measures retention (issue 17 item 6) on a day of simulated activity: it
 // writes, through the ledger's own calls, -hours hours of a deployment with -subscriptions
 // subscriptions on -sources sources, each updated every -every (allocate, store the body,
 // accept), with a stale late answer every 20th update, a revalidation every 10th, a few
@@ -13,8 +13,8 @@
 // $MCPSYNC_BENCH_DATABASE_URL, else $MCPSYNC_TEST_DATABASE_URL; with none, a private cluster
 // started for the run) and drops it at the end.
 //
-//	go run ./bench/prune [-database URL] [-subscriptions 1000] [-every 10m] [-hours 24] [-older-than 1h]
-package main
+//	go run ./bench prune [-database URL] [-subscriptions 1000] [-every 10m] [-hours 24] [-older-than 1h]
+package prune
 
 import (
 	"context"
@@ -50,7 +50,9 @@ type config struct {
 	keep      bool
 }
 
-func main() {
+// Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
+// the process when it fails; `mcpsync-bench prune` (package bench) calls it.
+func Main() {
 	var c config
 	def := os.Getenv("MCPSYNC_BENCH_DATABASE_URL")
 	if def == "" {

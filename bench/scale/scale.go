@@ -1,4 +1,4 @@
-// Command scale measures how many live subscriptions one worker holds on the embedded default
+// Package scale measures how many live subscriptions one worker holds on the embedded default
 // that `make run` starts (issue 16 item 4): it runs bin/mcpsync-dev (embedded Temporal with
 // its SQLite file, Web UI, private PostgreSQL) and bin/mcpsync-worker as processes of their
 // own, exactly as scripts/run.sh does, registers one stdio source (bin/mcpsync-demo-server
@@ -34,7 +34,7 @@
 //
 // Build first: `make build-run`. Every figure is a line
 // `bench: <name> <value> <unit> (baseline <name> <value> <unit>, ratio <r>)`.
-package main
+package scale
 
 import (
 	"bufio"
@@ -66,7 +66,9 @@ import (
 	"github.com/mcpsync/mcpsync/internal/workerapp"
 )
 
-func main() {
+// Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
+// the process when it fails; `mcpsync-bench scale` (package bench) calls it.
+func Main() {
 	n := flag.Int("n", 10000, "subscriptions: demo://clock/now and N-1 numbered items")
 	bin := flag.String("bin", "bin", "directory of the built commands (make build-run)")
 	parallel := flag.Int("parallel", 32, "workflow starts in flight in the bulk subscribe")

@@ -1,4 +1,4 @@
-// Command ledgerbench measures the ledger's acceptance point against plain PostgreSQL on the
+// Package ledger measures the ledger's acceptance point against plain PostgreSQL on the
 // same cluster, in one run: acceptResourceVersion with concurrent writers — full
 // allocate+accept pairs (AllocateReadOrdinal then AcceptResourceVersion) and accepts only (of
 // reads allocated beforehand) — and `pgbench -N` with as many clients. The three are measured
@@ -10,8 +10,8 @@
 // $MCPSYNC_BENCH_DATABASE_URL) and drops them at the end; with neither set it starts a private
 // cluster from the machine's PostgreSQL binaries (default durability settings) and removes it.
 //
-//	go run ./bench/ledger [-database URL] [-writers 8] [-duration 15s]
-package main
+//	go run ./bench ledger [-database URL] [-writers 8] [-duration 15s]
+package ledger
 
 import (
 	"context"
@@ -49,7 +49,9 @@ type config struct {
 	strict   bool
 }
 
-func main() {
+// Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
+// the process when it fails; `mcpsync-bench ledger` (package bench) calls it.
+func Main() {
 	var c config
 	flag.StringVar(&c.admin, "database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of the PostgreSQL server (its `postgres` database); empty: start a private cluster")
 	flag.IntVar(&c.writers, "writers", 8, "concurrent writers (and pgbench clients)")
