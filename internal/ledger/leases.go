@@ -50,7 +50,9 @@ const hostGrace = 10 * time.Minute
 // ClaimLeases runs one lease round for hostQueue, in one transaction: it renews the host's
 // heartbeat for lease; counts the live hosts and the active (not removed) sources; renews
 // every lease the host holds on an active source; takes free or expired active sources,
-// lowest id first and skipping rows other rounds have locked, until it holds its fair share;
+// lowest id first and skipping rows other rounds have locked, until it holds its fair share
+// (rows are taken FOR NO KEY UPDATE, the lock the lease's UPDATE needs: a subscription being
+// created holds its source FOR KEY SHARE and must not make a round skip the source);
 // and, when it holds more than its share, names the highest-id ones (at most ShedPerRound)
 // in Shed, with every removed source it holds (those are not renewed). A source is taken only
 // if no host holds it or its lease expired, and renewed only while hostQueue still holds it,
@@ -94,7 +96,7 @@ func (s *Store) ClaimLeases(ctx context.Context, hostQueue string, lease time.Du
 				WHERE id IN (SELECT id FROM sources
 				             WHERE removed_at IS NULL
 				               AND (host_queue IS NULL OR lease_until IS NULL OR lease_until <= now())
-				             ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
+				             ORDER BY id LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED)
 				  AND removed_at IS NULL
 				  AND (host_queue IS NULL OR lease_until IS NULL OR lease_until <= now())
 				RETURNING `+sourceColumns, hostQueue, secs, want))

@@ -304,3 +304,29 @@ func TestRemovedAndChangedSources(t *testing.T) {
 		}
 	}
 }
+
+// A free source is claimed while a subscription is being created on it: EnsureSubscription
+// holds the source row FOR KEY SHARE (so that a removal waits for it), and a lease round that
+// took the row FOR UPDATE SKIP LOCKED skipped it — a host with a long claim interval then left
+// the source without a session until its next round. The round takes rows FOR NO KEY UPDATE,
+// which a key-share lock does not block.
+func TestClaimWhileSubscriptionIsCreated(t *testing.T) {
+	st, srcs := leaseStore(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM sources WHERE id = $1 AND removed_at IS NULL FOR KEY SHARE`, srcs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.ClaimLeases(ctx, "host-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Held) != 1 || r.Held[0].ID != srcs[0].ID {
+		t.Errorf("round with the source key-share locked holds %v, want [%s]", r.Held, srcs[0].Name)
+	}
+}

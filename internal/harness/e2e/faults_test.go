@@ -339,8 +339,9 @@ func TestFaultOldSessionNotification(t *testing.T) {
 			// (issue 12), so the lease is long and expired in the ledger directly, as a long
 			// stall would.
 			s.startWorker("host-a", func(o *mcphost.Options) { o.ClaimInterval, o.Lease = time.Hour, time.Hour })
-			// A longer wait than the default 20 s: under the whole suite's load host A's first
-			// session once took longer than that.
+			// Host A claims once (its claim interval is an hour): a round that skipped the
+			// source because this subscribe held the row (fixed in ClaimLeases) left it without
+			// a session for good. The wait is longer than the default 20 s for a loaded machine.
 			s.mustCLI("subscribe", "old", "demo://notes/1", "--wait", "60s")
 			s.waitDigest("old", "demo://notes/1", ledger.Digest([]byte("v1")))
 			assertEra(t, srv, era)
