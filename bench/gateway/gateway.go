@@ -62,7 +62,7 @@ type options struct {
 }
 
 // Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
-// the process when it fails; `mcpsync-bench gateway` (package bench) calls it.
+// the process when it fails; `mcpsync-bench gateway` (bench/main.go) calls it.
 func Main() {
 	var o options
 	flag.StringVar(&o.dbURL, "database-url", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"),

@@ -50,7 +50,7 @@ type config struct {
 }
 
 // Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
-// the process when it fails; `mcpsync-bench ledger` (package bench) calls it.
+// the process when it fails; `mcpsync-bench ledger` (bench/main.go) calls it.
 func Main() {
 	var c config
 	flag.StringVar(&c.admin, "database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of the PostgreSQL server (its `postgres` database); empty: start a private cluster")

@@ -44,7 +44,7 @@ import (
 )
 
 // Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
-// the process when it fails; `mcpsync-bench persistence` (package bench) calls it.
+// the process when it fails; `mcpsync-bench persistence` (bench/main.go) calls it.
 func Main() {
 	n := flag.Int("workflows", 1000, "entity workflows (subscriptions)")
 	rate := flag.Float64("rate", 150, "offered signals per second")

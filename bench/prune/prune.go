@@ -51,7 +51,7 @@ type config struct {
 }
 
 // Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
-// the process when it fails; `mcpsync-bench prune` (package bench) calls it.
+// the process when it fails; `mcpsync-bench prune` (bench/main.go) calls it.
 func Main() {
 	var c config
 	def := os.Getenv("MCPSYNC_BENCH_DATABASE_URL")

@@ -47,7 +47,7 @@ type options struct {
 }
 
 // Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
-// the process when it fails; `mcpsync-bench revoke` (package bench) calls it.
+// the process when it fails; `mcpsync-bench revoke` (bench/main.go) calls it.
 func Main() {
 	var o options
 	flag.StringVar(&o.dbURL, "database-url", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"),

@@ -67,7 +67,7 @@ import (
 )
 
 // Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
-// the process when it fails; `mcpsync-bench scale` (package bench) calls it.
+// the process when it fails; `mcpsync-bench scale` (bench/main.go) calls it.
 func Main() {
 	n := flag.Int("n", 10000, "subscriptions: demo://clock/now and N-1 numbered items")
 	bin := flag.String("bin", "bin", "directory of the built commands (make build-run)")

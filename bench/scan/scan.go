@@ -38,7 +38,7 @@ import (
 )
 
 // Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
-// the process when it fails; `mcpsync-bench scan` (package bench) calls it.
+// the process when it fails; `mcpsync-bench scan` (bench/main.go) calls it.
 func Main() {
 	n := flag.Int("resources", 100000, "resources on the server")
 	page := flag.Int("page", 100, "the server's page size")

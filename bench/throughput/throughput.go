@@ -91,7 +91,7 @@ type config struct {
 }
 
 // Main runs the benchmark with the flags in os.Args[1:] (the global flag set) and exits
-// the process when it fails; `mcpsync-bench throughput` (package bench) calls it.
+// the process when it fails; `mcpsync-bench throughput` (bench/main.go) calls it.
 func Main() {
 	var c config
 	flag.IntVar(&c.n, "subscriptions", 1000, "number of subscriptions (one resource each), and of floor workflows")
