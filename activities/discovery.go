@@ -35,6 +35,9 @@ type Discovery struct {
 	MaxRoundEntries int
 
 	keyOnce sync.Once
+	// counts holds, per source ID, the entries of the source's last complete round on this
+	// worker: the next round's discovery.Options.EntriesHint (round B's is round A's count).
+	counts sync.Map
 }
 
 // Register registers the session-bound discovery activities under their contract names.
@@ -122,6 +125,7 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 	}
 	out.ScanID, out.StartedAt = scanID, started
 	var lastWrite time.Time
+	hint, _ := a.counts.Load(in.SourceID)
 	res := discovery.Scan(ctx, c.Session(), discovery.Options{
 		// MCP 2026-07-28 (issue 13 item 7): a rejected cursor discards the round's pages and
 		// starts it again, a bounded number of times; older sessions fail the round at once.
@@ -129,6 +133,7 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 		MaxPages:        in.MaxPages,
 		MaxPageEntries:  a.MaxPageEntries,
 		MaxEntries:      a.MaxRoundEntries,
+		EntriesHint:     hintOf(hint), // this source's last count: no join at the round's end
 		SnapshotMetaKey: discovery.SnapshotMetaKeyOf(caps.Raw),
 		CursorKey:       a.cursorKey(),
 		Check: func() error {
@@ -150,6 +155,9 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 		},
 	})
 	after := c.ListChangedCount()
+	if res.Complete {
+		a.counts.Store(in.SourceID, len(res.Entries))
+	}
 	if res.CursorRestarts > 0 {
 		activity.GetLogger(ctx).Info("round started again after rejected cursors", "scan", scanID,
 			"restarts", res.CursorRestarts, "discardedPages", res.DiscardedPages)
@@ -206,6 +214,12 @@ func (a *Discovery) DiscoveryRound(ctx context.Context, in contract.RoundInput) 
 	out.ListChangedObserved = max(after-before, 0)
 	out.EndedAt = ended
 	return out, nil
+}
+
+// hintOf is the entries hint a counts value gives (0: none stored).
+func hintOf(v any) int {
+	n, _ := v.(int)
+	return n
 }
 
 // Catalog runs the ledger's catalog transitions as activities (local activities next to the

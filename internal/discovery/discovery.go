@@ -101,6 +101,11 @@ type Options struct {
 	// the pages and start again). 0, the rule of older sessions, fails the round at once as
 	// CURSOR_ERROR. The page cap (MaxPages) counts the pages of every start together.
 	CursorRestarts int
+	// EntriesHint is how many entries the round is expected to list (the count of the last
+	// complete round of the same source); with it the entries are built in one slice of that
+	// capacity (at most MaxEntries) instead of per-page slices joined at the round's end. A
+	// wrong hint costs memory or one copy, never a different Result; 0 means no hint.
+	EntriesHint int
 }
 
 // DefaultCursorRestarts is the CursorRestarts a 2026-07-28 session's rounds get.
@@ -244,7 +249,7 @@ func (r *round) scan(ctx context.Context, l Lister) Result {
 	if o.CursorKey != nil {
 		r.mac = hmac.New(sha256.New, o.CursorKey)
 	}
-	r.sink = newSink()
+	r.sink = newSink(min(max(o.EntriesHint, 0), o.MaxEntries))
 	ok := r.list(ctx, KindResource, func(ctx context.Context, cursor string) (mcp.Meta, string, error) {
 		res, err := l.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
 		if err != nil {

@@ -94,6 +94,39 @@ func TestScanDigestIsOrderFree(t *testing.T) {
 	}
 }
 
+// An entries hint (the last round's count) changes where the entries are built, never what the
+// round returns: a hint below the count (the page that overflows it moves to a larger array),
+// the count itself, above it, and none give the same Result, in set order and out of it, with
+// duplicates, malformed URIs and templates.
+func TestScanEntriesHint(t *testing.T) {
+	var sorted []string
+	for i := range 40 {
+		sorted = append(sorted, fmt.Sprintf("demo://r/%03d", i))
+	}
+	sorted = append(sorted, "demo://r/017", "not a uri %zz") // a duplicate and a malformed URI
+	slices.Sort(sorted)
+	reversed := slices.Clone(sorted)
+	slices.Reverse(reversed)
+	for _, listing := range []struct {
+		name string
+		uris []string
+	}{{"in set order", sorted}, {"reversed", reversed}} {
+		want := discovery.Scan(t.Context(), paged(7, listing.uris...), discovery.Options{})
+		if !want.Complete || want.Duplicates != 1 || want.Malformed != 1 || len(want.Entries) != 43 {
+			t.Fatalf("%s without a hint: complete %v, %d duplicates, %d malformed, %d entries; want complete, 1, 1, 43",
+				listing.name, want.Complete, want.Duplicates, want.Malformed, len(want.Entries))
+		}
+		// The last hint is over the round's entry cap, which bounds it.
+		for _, o := range []discovery.Options{{EntriesHint: 1}, {EntriesHint: 7}, {EntriesHint: 20}, {EntriesHint: 43},
+			{EntriesHint: 44}, {EntriesHint: 1000}, {EntriesHint: 1 << 20, MaxEntries: 50}} {
+			got := discovery.Scan(t.Context(), paged(7, listing.uris...), o)
+			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
+				t.Errorf("%s, hint %d (-no hint +hint):\n%s", listing.name, o.EntriesHint, diff)
+			}
+		}
+	}
+}
+
 // BenchmarkScanEntries measures what a round costs beside its requests: building, normalizing
 // and digesting 100,000 entries listed in pages of 100 by a lister that answers at once.
 func BenchmarkScanEntries(b *testing.B) {
@@ -102,9 +135,13 @@ func BenchmarkScanEntries(b *testing.B) {
 		uris = append(uris, fmt.Sprintf("demo://items/%06d", i))
 	}
 	p := paged(100, uris...)
-	for b.Loop() {
-		if r := discovery.Scan(b.Context(), p, discovery.Options{CursorKey: []byte("k")}); r.Resources != len(uris) {
-			b.Fatalf("%d resources, want %d", r.Resources, len(uris))
-		}
+	for _, hint := range []int{0, len(uris) + 1} {
+		b.Run(fmt.Sprintf("hint=%d", hint), func(b *testing.B) {
+			for b.Loop() {
+				if r := discovery.Scan(b.Context(), p, discovery.Options{CursorKey: []byte("k"), EntriesHint: hint}); r.Resources != len(uris) {
+					b.Fatalf("%d resources, want %d", r.Resources, len(uris))
+				}
+			}
+		})
 	}
 }
