@@ -107,7 +107,7 @@ func TestLocalReadFallbackOnAnotherWorker(t *testing.T) {
 	host := mcphost.New(mcphost.Options{Store: s.st, Signaler: s.tc, Queue: queue, Logger: s.log,
 		SourceEvents:  workerapp.SourceEventSignaler(s.tc, s.log),
 		ClaimInterval: 200 * time.Millisecond, Lease: 3 * time.Second,
-		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: 500 * time.Millisecond})
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: stackKeepAlive})
 	hctx, cancel := context.WithCancel(s.ctx)
 	hostDone := make(chan struct{})
 	go func() {

@@ -91,7 +91,7 @@ func TestMetricsScrape(t *testing.T) {
 		DatabaseURL: s.dbURL, TemporalAddress: s.ts.GetFrontendHostPort(), Namespace: s.ts.GetDefaultNamespace(),
 		Logger: s.log, HostQueue: "metrics-" + t.Name(), MetricsAddr: "127.0.0.1:0",
 		Host: mcphost.Options{ClaimInterval: 200 * time.Millisecond, Lease: 3 * time.Second,
-			ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: 500 * time.Millisecond},
+			ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: stackKeepAlive},
 	})
 	if err != nil {
 		t.Fatal(err)

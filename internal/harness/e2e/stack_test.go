@@ -109,12 +109,20 @@ func newStack(t *testing.T, opts ...stackOption) *stack {
 	return s
 }
 
+// stackKeepAlive is the session hosts' ping interval in these stacks: the default's 2 s, whose
+// pings each wait 1 s. No test here relies on the keep-alive to notice a server (dead servers
+// end their sessions through their pipe or event stream), and with 500 ms (250 ms per ping) a
+// loaded CI machine missed two pings in a row and ended a healthy session in the middle of a
+// fault test (TestEraFaultPartialAck: the change then came on the new session's notification,
+// not on the poll the test waits for).
+const stackKeepAlive = 2 * time.Second
+
 // startWorker starts one more mcpsync worker (Temporal worker + session host) on the stack;
 // tune adjusts its session host's options.
 func (s *stack) startWorker(queue string, tune ...func(*mcphost.Options)) *workerapp.Worker {
 	s.t.Helper()
 	h := mcphost.Options{ClaimInterval: 200 * time.Millisecond, Lease: 3 * time.Second,
-		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: 500 * time.Millisecond}
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, KeepAlive: stackKeepAlive}
 	for _, f := range tune {
 		f(&h)
 	}
