@@ -63,6 +63,9 @@ conformance:
 ## NAME -flags` runs one), are compiled first, timed against the build budget and never
 ## interrupted: no step's time includes compiling, the embedded Temporal server is linked
 ## into the benchmarks once, and bench-total is the whole wall time, build included.
+## Machine: what this machine charges for the primitives the stack's costs are made of (one
+## core's SHA-256 rate, a kernel entry, a loopback TCP round trip, an 8 KiB write + fdatasync),
+## so that runs on different machines can be compared.
 ## Throughput (issue 16): on the embedded default `make run` starts (its Temporal persistence
 ## and dynamic config, mcpsync-worker as its own process, a fsync'd ledger), 1,000
 ## subscriptions at 150 mutations/s: accepted/s and p50/p99 next to the floor (the simplest
@@ -97,6 +100,7 @@ conformance:
 ## and override the small sizes.
 BENCH_GOAL                   ?= 1200
 BENCH_BUDGET_build           ?= 70
+BENCH_BUDGET_machine         ?= 20
 BENCH_BUDGET_throughput      ?= 260
 BENCH_BUDGET_storm           ?= 50
 BENCH_BUDGET_revoke          ?= 110
@@ -108,6 +112,7 @@ BENCH_BUDGET_scale           ?= 540
 BENCH_BUDGET_gateway         ?= 55
 BENCH_QUICK_GOAL             ?= 180
 BENCH_QUICK_BUDGET_build     ?= 45
+BENCH_QUICK_BUDGET_machine   ?= 10
 BENCH_QUICK_BUDGET_throughput ?= 120
 BENCH_QUICK_BUDGET_storm     ?= 60
 BENCH_QUICK_BUDGET_revoke    ?= 40
@@ -138,6 +143,7 @@ BENCH_BUILD = $(MAKE) --no-print-directory build-run && $(GO) build -o $(BB)/mcp
 bench:
 	@t0=$$(date +%s); failed=; \
 	$(call BENCH_BUILD_STEP,$(BENCH_BUDGET_build)); \
+	$(call BENCH_STEP,machine,$(BENCH_BUDGET_machine),$(BB)/mcpsync-bench machine); \
 	$(call BENCH_STEP,throughput,$(BENCH_BUDGET_throughput),$(BB)/mcpsync-bench throughput -worker-bin $(BIN)/mcpsync-worker -duration 20s -step 10s -steps 3 -memory 20s -budget $$(( $(BENCH_BUDGET_throughput) - 30 ))s $(THROUGHPUTFLAGS)); \
 	$(call BENCH_STEP,storm,$(BENCH_BUDGET_storm),$(BB)/mcpsync-bench gate --only storm); \
 	$(call BENCH_STEP,revoke,$(BENCH_BUDGET_revoke),$(BB)/mcpsync-bench revoke $(BENCHFLAGS)); \
@@ -152,6 +158,7 @@ bench:
 bench-quick:
 	@t0=$$(date +%s); failed=; \
 	$(call BENCH_BUILD_STEP,$(BENCH_QUICK_BUDGET_build)); \
+	$(call BENCH_STEP,machine,$(BENCH_QUICK_BUDGET_machine),$(BB)/mcpsync-bench machine -duration 200ms); \
 	$(call BENCH_STEP,throughput,$(BENCH_QUICK_BUDGET_throughput),$(BB)/mcpsync-bench throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 50 -rate 20 -duration 3s -step 2s -steps 1 -sample 20 -baseline 1s -memory 3s -idle 1s -budget $$(( $(BENCH_QUICK_BUDGET_throughput) - 20 ))s $(THROUGHPUTFLAGS)); \
 	$(call BENCH_STEP,storm,$(BENCH_QUICK_BUDGET_storm),$(BB)/mcpsync-bench gate --only storm --storm-resources 10 --storm-rounds 3); \
 	$(call BENCH_STEP,revoke,$(BENCH_QUICK_BUDGET_revoke),$(BB)/mcpsync-bench revoke -subscriptions 100 -principals 10 -indexes 3 -probes 20 $(BENCHFLAGS)); \

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/bench/gateway"
 	"github.com/mcpsync/mcpsync/bench/ledger"
+	"github.com/mcpsync/mcpsync/bench/machine"
 	"github.com/mcpsync/mcpsync/bench/persistence"
 	"github.com/mcpsync/mcpsync/bench/prune"
 	"github.com/mcpsync/mcpsync/bench/revoke"
@@ -35,6 +36,7 @@ var benchmarks = map[string]func(){
 	"gate":        func() { os.Exit(gate.Main(os.Args[1:], os.Stdout, os.Stderr)) },
 	"gateway":     gateway.Main,
 	"ledger":      ledger.Main,
+	"machine":     machine.Main,
 	"persistence": persistence.Main,
 	"prune":       prune.Main,
 	"revoke":      revoke.Main,

@@ -16,8 +16,9 @@ import (
 
 // cpuReading is the CPU time used so far by the machine and by the stack's processes.
 type cpuReading struct {
-	// busy and total are the whole machine's (/proc/stat): busy CPU time, and busy + idle.
-	busy, total time.Duration
+	// busy and total are the whole machine's (/proc/stat): busy CPU time, and busy + idle;
+	// kernel is the part of busy spent in the kernel (system, irq, softirq).
+	busy, total, kernel time.Duration
 	// self is this process: the embedded Temporal server (or the in-memory one), the test MCP
 	// server, the mutator and the outbox tail, and for the floor its worker and signaller.
 	self time.Duration
@@ -44,7 +45,8 @@ func readCPU(ctx context.Context, pool pgstat.Querier, ledgerDB string, workerPI
 			r.db[dbRole(name, ledgerDB)] = v
 		}
 	}
-	r.busy, r.total, _ = cpustat.Machine()
+	m, _ := cpustat.Machine()
+	r.busy, r.total, r.kernel = m.Busy, m.Total, m.Kernel
 	me := os.Getpid()
 	for _, p := range cpustat.Descendants(all, me) {
 		if all[p].PPID == me && cpustat.Comm(p) == "postgres" {
@@ -74,7 +76,7 @@ func dbRole(name, ledgerDB string) string {
 // sub is the CPU used between earlier and r.
 func (r cpuReading) sub(earlier cpuReading) cpuReading {
 	d := cpuReading{
-		busy: r.busy - earlier.busy, total: r.total - earlier.total, self: r.self - earlier.self,
+		busy: r.busy - earlier.busy, total: r.total - earlier.total, kernel: r.kernel - earlier.kernel, self: r.self - earlier.self,
 		pg: r.pg - earlier.pg, worker: r.worker - earlier.worker,
 	}
 	if r.db != nil && earlier.db != nil {
@@ -137,8 +139,8 @@ func (c cpuCost) coresAt(rate float64) float64 {
 
 // printCPU prints what one accepted update cost the machine, each process and each database
 // in e2e (mcpsync at the offered rate), each beside the floor's when fl is set; the stack's
-// idle cores and the marginal cost of an update; the share of the machine that was busy; and
-// how many cores the offered rate keeps busy at that cost.
+// idle cores and the marginal cost of an update; the share of the machine that was busy and
+// the kernel's share of that; and how many cores the offered rate keeps busy at that cost.
 func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 	// figure is one figure of e2e's named what, and the floor's beside it when there is one.
 	figure := func(what, unit string, v func(cpuCost) float64) {
@@ -177,6 +179,10 @@ func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 		figure("cpu-marginal-per-update", "ms", cpuCost.marginal)
 	}
 	figure("machine-busy", "", func(c cpuCost) float64 { return float64(c.used.busy) / float64(max(c.used.total, 1)) })
+	// The share of that busy time spent in the kernel: system calls, the loopback network
+	// between the stack's processes, disk flushes, scheduling (read beside `mcpsync-bench
+	// machine`'s cost of one kernel entry on this machine).
+	figure("machine-kernel-share", "", func(c cpuCost) float64 { return float64(c.used.kernel) / float64(max(c.used.busy, 1)) })
 	// At this cost, the offered rate keeps this many cores busy: a lower bound on the cores it
 	// needs (latency needs idle time beside it).
 	cores := benchline.Figure{Name: "machine-cores", Value: float64(runtime.NumCPU()), Unit: "cores"}

@@ -45,13 +45,22 @@ func Comm(pid int) string {
 	return strings.TrimSpace(string(b))
 }
 
-// Machine is the CPU time of the whole machine so far, from the first line of /proc/stat:
-// Busy is every CPU's time in user, nice, system, irq, softirq and steal; Total adds idle and
-// iowait. ok is false when /proc/stat cannot be read.
-func Machine() (busy, total time.Duration, ok bool) {
+// MachineTime is the CPU time of the whole machine so far, every CPU's summed.
+type MachineTime struct {
+	// Busy is the time in user, nice, system, irq, softirq and steal.
+	Busy time.Duration
+	// Total adds idle and iowait to Busy.
+	Total time.Duration
+	// Kernel is the part of Busy spent in the kernel: system, irq and softirq.
+	Kernel time.Duration
+}
+
+// Machine reads the machine's CPU time from the first line of /proc/stat; ok is false when
+// it cannot be read.
+func Machine() (t MachineTime, ok bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, false
+		return MachineTime{}, false
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	return parseMachine(line)
@@ -60,23 +69,23 @@ func Machine() (busy, total time.Duration, ok bool) {
 // parseMachine reads the aggregate line of /proc/stat: "cpu user nice system idle iowait irq
 // softirq steal [guest guest_nice]" in USER_HZ ticks. guest and guest_nice are already counted
 // in user and nice.
-func parseMachine(line string) (busy, total time.Duration, ok bool) {
+func parseMachine(line string) (MachineTime, bool) {
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0, false
+		return MachineTime{}, false
 	}
 	var t [8]int64
 	for i := range t {
 		v, err := strconv.ParseInt(f[i+1], 10, 64)
 		if err != nil {
-			return 0, 0, false
+			return MachineTime{}, false
 		}
 		t[i] = v
 	}
 	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / userHZ }
 	idle := t[3] + t[4]
 	b := t[0] + t[1] + t[2] + t[5] + t[6] + t[7]
-	return tick(b), tick(b + idle), true
+	return MachineTime{Busy: tick(b), Total: tick(b + idle), Kernel: tick(t[2] + t[5] + t[6])}, true
 }
 
 // Sampler reads a value every interval in the background, so that the CPU used between two

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,22 +18,25 @@ import (
 
 func TestParseMachine(t *testing.T) {
 	tests := []struct {
-		name        string
-		line        string
-		busy, total time.Duration
-		ok          bool
+		name string
+		line string
+		want cpustat.MachineTime
+		ok   bool
 	}{
 		{
 			name: "with guest fields",
 			line: "cpu  113012 5 36868 62507 971 3 2405 7 100 0",
-			busy: (113012 + 5 + 36868 + 3 + 2405 + 7) * 10 * time.Millisecond,
-			// guest time is already in user: not added again.
-			total: (113012 + 5 + 36868 + 62507 + 971 + 3 + 2405 + 7) * 10 * time.Millisecond,
-			ok:    true,
+			want: cpustat.MachineTime{
+				Busy: (113012 + 5 + 36868 + 3 + 2405 + 7) * 10 * time.Millisecond,
+				// guest time is already in user: not added again.
+				Total:  (113012 + 5 + 36868 + 62507 + 971 + 3 + 2405 + 7) * 10 * time.Millisecond,
+				Kernel: (36868 + 3 + 2405) * 10 * time.Millisecond,
+			},
+			ok: true,
 		},
 		{
 			name: "without guest fields", line: "cpu 100 0 50 850 0 0 0 0",
-			busy: 1500 * time.Millisecond, total: 10 * time.Second, ok: true,
+			want: cpustat.MachineTime{Busy: 1500 * time.Millisecond, Total: 10 * time.Second, Kernel: 500 * time.Millisecond}, ok: true,
 		},
 		{name: "a single CPU's line", line: "cpu0 100 0 50 850 0 0 0 0"},
 		{name: "truncated", line: "cpu 100 0 50 850"},
@@ -40,8 +44,8 @@ func TestParseMachine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			busy, total, ok := cpustat.ParseMachine(tt.line)
-			if diff := cmp.Diff([]any{tt.busy, tt.total, tt.ok}, []any{busy, total, ok}); diff != "" {
+			got, ok := cpustat.ParseMachine(tt.line)
+			if diff := cmp.Diff([]any{tt.want, tt.ok}, []any{got, ok}); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
@@ -49,22 +53,45 @@ func TestParseMachine(t *testing.T) {
 }
 
 // The real /proc/stat: the machine's busy time grows at least by the CPU this process burns,
-// and its total time by about the wall time on each CPU.
+// its total time by about the wall time on each CPU, and its kernel time by at least part of
+// the time this process spends entering the kernel.
 func TestMachine(t *testing.T) {
-	busy0, total0, ok := cpustat.Machine()
+	m0, ok := cpustat.Machine()
 	if !ok {
 		t.Fatal("/proc/stat unreadable")
 	}
 	wall := time.Now()
 	burn(300 * time.Millisecond)
-	busy1, total1, _ := cpustat.Machine()
-	if d := busy1 - busy0; d < 280*time.Millisecond {
+	m1, _ := cpustat.Machine()
+	if d := m1.Busy - m0.Busy; d < 280*time.Millisecond {
 		t.Errorf("busy grew by %v after burning 300ms", d)
 	}
 	// Every CPU's time passes whether busy or not (ticks of 10 ms; allow two per CPU).
 	cpus := time.Duration(len(perCPULines(t)))
-	if d, el := total1-total0, time.Since(wall); d < cpus*(el-20*time.Millisecond)/2 || busy1 > total1 {
-		t.Errorf("total grew by %v in %v on %d CPUs (busy %v of %v)", d, el, cpus, busy1, total1)
+	if d, el := m1.Total-m0.Total, time.Since(wall); d < cpus*(el-20*time.Millisecond)/2 || m1.Busy > m1.Total {
+		t.Errorf("total grew by %v in %v on %d CPUs (busy %v of %v)", d, el, cpus, m1.Busy, m1.Total)
+	}
+	if m1.Kernel > m1.Busy || m1.Kernel < m0.Kernel {
+		t.Errorf("kernel time %v → %v, busy %v", m0.Kernel, m1.Kernel, m1.Busy)
+	}
+	// System calls until this process has spent 150 ms in the kernel (by its own rusage): the
+	// machine's kernel time grows by as much, less a tick per CPU at each end.
+	stime := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Stime.Nano())
+	}
+	s0, deadline := stime(), time.Now().Add(10*time.Second)
+	for stime()-s0 < 150*time.Millisecond && time.Now().Before(deadline) {
+		for range 1000 {
+			syscall.Getppid()
+		}
+	}
+	m2, _ := cpustat.Machine()
+	if d, own := m2.Kernel-m1.Kernel, stime()-s0; own < 150*time.Millisecond || d < own-2*cpus*10*time.Millisecond {
+		t.Errorf("machine kernel time grew by %v while this process spent %v in the kernel", d, own)
 	}
 }
 
