@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -92,6 +94,67 @@ func (s *Store) RecordNotification(ctx context.Context, n Notification) (targets
 		return nil, audit, fmt.Errorf("ledger: audit notification: %w", err)
 	}
 	return nil, audit, nil
+}
+
+// RecordNotifications records notifications that arrived on one session (sourceID,
+// sessionGen) in one statement, as RecordNotification records each of them in turn: on every
+// subscription of the source and a notification's URI (normalized) that is not closing, only
+// while sessionGen is the source's current session (the source row locked FOR SHARE, R12,
+// R19) and while the subscription has not recorded a later (session generation, sequence
+// number), it records the pair. Where several of ns name one URI, the one with the highest
+// sequence number is recorded: taken in order, each would have recorded its pair over the one
+// before. It returns, per URI, the subscriptions to signal. A URI that matched nothing is
+// absent and nothing is written for it: the caller records that notification alone
+// (RecordNotification), which writes the audit receipt that says why. A retry after a lost
+// reply returns the same subscriptions (the recorded pairs are equal, not below) and writes
+// nothing new. The subscription rows are locked in ID order, so that two statements that
+// update several of the same rows wait for each other instead of deadlocking.
+func (s *Store) RecordNotifications(ctx context.Context, sourceID, sessionGen int64, ns []Notification) (map[string][]NotificationTarget, error) {
+	latest := map[string]int64{}
+	for _, n := range ns {
+		if n.SourceID != sourceID || n.SessionGeneration != sessionGen {
+			return nil, fmt.Errorf("ledger: record notifications of source %d session %d: one of source %d session %d: %w",
+				sourceID, sessionGen, n.SourceID, n.SessionGeneration, ErrInvalid)
+		}
+		if seq, ok := latest[n.URI]; !ok || n.Seq > seq {
+			latest[n.URI] = n.Seq
+		}
+	}
+	uris, seqs := make([]string, 0, len(latest)), make([]int64, 0, len(latest))
+	for u, seq := range latest {
+		uris, seqs = append(uris, u), append(seqs, seq)
+	}
+	rows, err := s.pool.Query(ctx, `
+		WITH so AS MATERIALIZED (
+			SELECT id FROM sources WHERE id = $1 AND current_generation = $2 FOR SHARE),
+		n AS (SELECT * FROM unnest($3::text[], $4::bigint[]) AS n(uri, seq)),
+		l AS MATERIALIZED (
+			SELECT s.id, n.seq FROM subscriptions s JOIN n ON s.uri = n.uri JOIN so ON so.id = s.source_id
+			WHERE s.source_id = $1
+			ORDER BY s.id FOR NO KEY UPDATE OF s)
+		UPDATE subscriptions s SET last_notification_gen = $2, last_notification_seq = l.seq
+		FROM l
+		WHERE s.id = l.id
+		  AND s.state NOT IN ('UNSUBSCRIBING', 'UNSUBSCRIBE_UNKNOWN', 'CLOSED')
+		  AND (s.last_notification_gen, s.last_notification_seq) <= ($2::bigint, l.seq)
+		RETURNING s.uri, s.id, s.workflow_id, s.generation, s.state`, sourceID, sessionGen, uris, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: record notifications: %w", err)
+	}
+	targets := map[string][]NotificationTarget{}
+	var u string
+	var t NotificationTarget
+	_, err = pgx.ForEachRow(rows, []any{&u, &t.SubscriptionID, &t.WorkflowID, &t.Generation, &t.State}, func() error {
+		targets[u] = append(targets[u], t)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: record notifications: %w", err)
+	}
+	for _, ts := range targets {
+		slices.SortFunc(ts, func(a, b NotificationTarget) int { return cmp.Compare(a.SubscriptionID, b.SubscriptionID) })
+	}
+	return targets, nil
 }
 
 // AuditCount returns how many receipts of kind exist for a source (0 = all sources).

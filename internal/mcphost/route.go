@@ -171,57 +171,105 @@ func lane(norm, raw string) int {
 	return int(h.Sum32() % routeLanes)
 }
 
-// routeBatch records a batch: each lane in order, the lanes in parallel. Notifications of the
-// same server URI within the batch are merged into one (the newest sequence number and
-// arrival time, and the count of pulses), so a burst of duplicates costs one ledger write and
-// one signal per subscription (R13). It returns when the whole batch is recorded, so the next
-// batch cannot overtake it.
+// routeBatch records a batch and signals its subscriptions: each lane in order, the lanes in
+// parallel. Notifications of the same server URI within the batch are merged into one (the
+// newest sequence number and arrival time, and the count of pulses), so a burst of duplicates
+// costs one ledger write and one signal per subscription (R13). Every notification whose URI
+// parses is recorded in one ledger statement first (ledger.RecordNotifications): a batch is
+// what queued while the batch before it was routed, so the busier the session, the more
+// notifications share one write, instead of each lane writing its notifications one by one
+// behind each other (issue 16). One that statement matched to nothing, a malformed URI, or
+// every notification when the statement failed, is recorded alone (record), which audits it
+// or retries it. It returns when the whole batch is recorded, so the next batch cannot
+// overtake it.
 func (c *Conn) routeBatch(batch []notification, log *zap.Logger) {
 	if len(batch) == 1 {
 		c.record(batch[0], log)
 		return
 	}
-	var byLane [routeLanes][]notification
+	var byLane [routeLanes][]routed
 	type at struct{ lane, index int }
 	merged := map[string]at{}
 	for _, n := range batch {
 		if p, ok := merged[n.serverURI]; ok {
-			m := &byLane[p.lane][p.index]
+			m := &byLane[p.lane][p.index].n
 			m.seq, m.receivedAt, m.pulses = n.seq, n.receivedAt, m.pulses+n.pulses
 			continue
 		}
-		norm, _ := uri.Normalize(n.serverURI)
+		norm, err := uri.Normalize(n.serverURI)
 		i := lane(norm, n.serverURI)
-		byLane[i] = append(byLane[i], n)
+		byLane[i] = append(byLane[i], routed{n: n, norm: norm, parsed: err == nil})
 		merged[n.serverURI] = at{i, len(byLane[i]) - 1}
 	}
+	targets, recorded := c.recordBatch(byLane[:], log)
 	var wg sync.WaitGroup
-	for _, ns := range byLane {
-		if len(ns) == 0 {
+	for _, rs := range byLane {
+		if len(rs) == 0 {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, n := range ns {
-				c.record(n, log)
+			for _, r := range rs {
+				if ts, ok := targets[r.norm]; recorded && r.parsed && ok {
+					c.signalRecorded(r.n, r.norm, ts, log)
+				} else {
+					c.record(r.n, log)
+				}
 			}
 		}()
 	}
 	wg.Wait()
 }
 
+// routed is a notification of a batch with its normalized URI (parsed false: it does not
+// parse, and norm is empty).
+type routed struct {
+	n      notification
+	norm   string
+	parsed bool
+}
+
+// recordBatch records the notifications of lanes whose URI parses in one ledger statement and
+// returns the subscriptions to signal per normalized URI; recorded is false when the
+// statement failed after its retries (each notification is then recorded alone).
+func (c *Conn) recordBatch(lanes [][]routed, log *zap.Logger) (targets map[string][]ledger.NotificationTarget, recorded bool) {
+	var ns []ledger.Notification
+	for _, rs := range lanes {
+		for _, r := range rs {
+			if r.parsed {
+				ns = append(ns, ledger.Notification{SourceID: c.source.ID, SessionGeneration: c.gen, Seq: r.n.seq, URI: r.norm, ServerURI: r.n.serverURI})
+			}
+		}
+	}
+	if len(ns) == 0 {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		targets, err = c.host.opts.Store.RecordNotifications(ctx, c.source.ID, c.gen, ns)
+		return err
+	})
+	if err != nil {
+		log.Warn("recording a batch of notifications failed; recording them one by one", zap.Int("notifications", len(ns)), zap.Error(err))
+		return nil, false
+	}
+	return targets, true
+}
+
 // record normalizes a notification's URI, records it in the ledger and signals the
-// subscriptions it matches, but for those whose pending signal's read covers it
-// (signalPending). The ledger writes an audit receipt instead when it matches
-// nothing live (old session, unknown URI, closed subscription, older sequence number); a
-// retry after a lost reply gets the same targets again, so the signal is still sent.
+// subscriptions it matches (signalTargets). The ledger writes an audit receipt instead when
+// it matches nothing live (old session, unknown URI, closed subscription, older sequence
+// number); a retry after a lost reply gets the same targets again, so the signal is still
+// sent.
 func (c *Conn) record(n notification, log *zap.Logger) {
 	norm, err := uri.Normalize(n.serverURI)
 	mu := &c.lanes[lane(norm, n.serverURI)]
 	mu.Lock()
 	defer mu.Unlock()
-	store, sig := c.host.opts.Store, c.host.opts.Signaler
+	store := c.host.opts.Store
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err != nil {
@@ -252,6 +300,26 @@ func (c *Conn) record(n notification, log *zap.Logger) {
 	if audit != "" {
 		log.Debug("notification audited", zap.String("uri", n.serverURI), zap.String("audit", string(audit)))
 	}
+	c.signalTargets(ctx, n, norm, targets, log)
+}
+
+// signalRecorded signals the subscriptions a batch's statement recorded n on (recordBatch),
+// in n's lane, with n's trace.
+func (c *Conn) signalRecorded(n notification, norm string, targets []ledger.NotificationTarget, log *zap.Logger) {
+	mu := &c.lanes[lane(norm, n.serverURI)]
+	mu.Lock()
+	defer mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx, span := c.traceNotification(ctx, n)
+	defer func() { span.SetAttributes(tracing.AttrTargets.Int(len(targets))); tracing.End(span, nil) }()
+	c.signalTargets(ctx, n, norm, targets, log)
+}
+
+// signalTargets signals n to the subscriptions it was recorded on, but for those whose
+// pending signal's read covers it (signalPending).
+func (c *Conn) signalTargets(ctx context.Context, n notification, norm string, targets []ledger.NotificationTarget, log *zap.Logger) {
+	sig := c.host.opts.Signaler
 	for _, t := range targets {
 		if c.signalPending(norm, t) {
 			continue // its pending signal's read covers this notification (R13)
