@@ -64,13 +64,7 @@ func TestNotificationQueueOverflowLosesNothing(t *testing.T) {
 		subs[u] = f.activeSub(src.ID, u, gen)
 	}
 	closed := f.activeSub(src.ID, closedURI, gen)
-	cr, err := f.store.BeginUnsubscribe(f.ctx, closed.ID, closed.Generation, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr, err := f.store.CompleteUnsubscribe(f.ctx, closed.ID, closed.Generation, cr.CloseEpoch); err != nil || tr.State != mcpsync.StateClosed {
-		t.Fatalf("closing: %+v %v", tr, err)
-	}
+	f.closeSub(closed)
 	serverSeq := srv.Sessions()[0].Seq
 
 	// Notification 1 is routed and its signal held; 2..flood arrive meanwhile.

@@ -162,6 +162,19 @@ func (f *fixture) bind(sub ledger.Subscription, gen int64) ledger.Subscription {
 	return f.sub(sub.ID)
 }
 
+// closeSub closes a subscription in the ledger (begin and complete its unsubscribe), as after
+// an acknowledged unsubscribe: CLOSED, its server-side subscription left to the test.
+func (f *fixture) closeSub(sub ledger.Subscription) {
+	f.t.Helper()
+	cr, err := f.store.BeginUnsubscribe(f.ctx, sub.ID, sub.Generation, "test")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if tr, err := f.store.CompleteUnsubscribe(f.ctx, sub.ID, sub.Generation, cr.CloseEpoch); err != nil || tr.State != mcpsync.StateClosed {
+		f.t.Fatalf("closing subscription %d: %+v %v", sub.ID, tr, err)
+	}
+}
+
 func (f *fixture) sub(id int64) ledger.Subscription {
 	f.t.Helper()
 	sub, err := f.store.SubscriptionByID(f.ctx, id)

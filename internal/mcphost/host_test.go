@@ -250,13 +250,7 @@ func TestNotificationRouting(t *testing.T) {
 	// The closed subscription's server-side subscription outlives it (as after a lost
 	// unsubscribe acknowledgement), so the server keeps notifying.
 	closed := subs["closed"]
-	cr, err := f.store.BeginUnsubscribe(f.ctx, closed.ID, closed.Generation, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr, err := f.store.CompleteUnsubscribe(f.ctx, closed.ID, closed.Generation, cr.CloseEpoch); err != nil || tr.State != mcpsync.StateClosed {
-		t.Fatalf("closing: %+v %v", tr, err)
-	}
+	f.closeSub(closed)
 	serverSeq := srv.Sessions()[0].Seq
 
 	type outcome struct {

@@ -39,13 +39,7 @@ func TestBatchRoutedAsOneByOne(t *testing.T) {
 		subs[u] = f.activeSub(src.ID, u, gen)
 	}
 	closed := subs[closedURI]
-	cr, err := f.store.BeginUnsubscribe(f.ctx, closed.ID, closed.Generation, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr, err := f.store.CompleteUnsubscribe(f.ctx, closed.ID, closed.Generation, cr.CloseEpoch); err != nil || tr.State != mcpsync.StateClosed {
-		t.Fatalf("closing: %+v %v", tr, err)
-	}
+	f.closeSub(closed)
 	serverSeq := srv.Sessions()[0].Seq
 	send := func(u string) {
 		t.Helper()
