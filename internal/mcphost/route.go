@@ -201,7 +201,7 @@ func (c *Conn) routeBatch(batch []notification, log *zap.Logger) {
 		byLane[i] = append(byLane[i], routed{n: n, norm: norm, parsed: err == nil})
 		merged[n.serverURI] = at{i, len(byLane[i]) - 1}
 	}
-	targets, recorded := c.recordBatch(byLane[:], log)
+	targets := c.recordBatch(byLane[:], log)
 	var wg sync.WaitGroup
 	for _, rs := range byLane {
 		if len(rs) == 0 {
@@ -211,7 +211,7 @@ func (c *Conn) routeBatch(batch []notification, log *zap.Logger) {
 		go func() {
 			defer wg.Done()
 			for _, r := range rs {
-				if ts, ok := targets[r.norm]; recorded && r.parsed && ok {
+				if ts, ok := targets[r.norm]; r.parsed && ok {
 					c.signalRecorded(r.n, r.norm, ts, log)
 				} else {
 					c.record(r.n, log)
@@ -231,9 +231,9 @@ type routed struct {
 }
 
 // recordBatch records the notifications of lanes whose URI parses in one ledger statement and
-// returns the subscriptions to signal per normalized URI; recorded is false when the
-// statement failed after its retries (each notification is then recorded alone).
-func (c *Conn) recordBatch(lanes [][]routed, log *zap.Logger) (targets map[string][]ledger.NotificationTarget, recorded bool) {
+// returns the subscriptions to signal per normalized URI; nil when the statement failed after
+// its retries (each notification is then recorded alone).
+func (c *Conn) recordBatch(lanes [][]routed, log *zap.Logger) (targets map[string][]ledger.NotificationTarget) {
 	var ns []ledger.Notification
 	for _, rs := range lanes {
 		for _, r := range rs {
@@ -243,7 +243,7 @@ func (c *Conn) recordBatch(lanes [][]routed, log *zap.Logger) (targets map[strin
 		}
 	}
 	if len(ns) == 0 {
-		return nil, false
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -254,9 +254,9 @@ func (c *Conn) recordBatch(lanes [][]routed, log *zap.Logger) (targets map[strin
 	})
 	if err != nil {
 		log.Warn("recording a batch of notifications failed; recording them one by one", zap.Int("notifications", len(ns)), zap.Error(err))
-		return nil, false
+		return nil
 	}
-	return targets, true
+	return targets
 }
 
 // record normalizes a notification's URI, records it in the ledger and signals the
