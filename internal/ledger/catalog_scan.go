@@ -122,7 +122,8 @@ type ScanEntry = mcpsync.CatalogEntry
 // failure and what it saw until then. Only a RUNNING row ends; otherwise ErrStaleScan. The
 // entries are written only if no earlier complete round of the source listed the same set
 // (same set digest): then the round points at that round's entries, so re-checking an
-// unchanged catalog writes no entries at all. An earlier round of that set whose entries are
+// unchanged catalog writes no entries at all. Otherwise only the chunks of the set not stored
+// yet are written (storeEntries), so a set that changed in a few entries writes a few chunks. An earlier round of that set whose entries are
 // still being stored (EndScanDeferred) is waited for, so its entries are found. Every
 // server-supplied string (names, MIME types, template URIs, failure text, snapshot IDs) is
 // stored through SafeText.
@@ -146,7 +147,7 @@ func (s *Store) EndScan(ctx context.Context, end ScanEnd, entries []ScanEntry) (
 		if !complete || stored == nil || *stored != end.ScanID || len(entries) == 0 {
 			return nil // failed, or the set is already stored under an earlier round
 		}
-		return copyEntries(ctx, tx, entryBatches(end.ScanID, entries))
+		return storeEntries(ctx, tx, end.ScanID, entries)
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("ledger: end scan %d: %w", end.ScanID, err)
@@ -160,7 +161,7 @@ func (s *Store) EndScan(ctx context.Context, end ScanEnd, entries []ScanEntry) (
 type PendingEntries struct {
 	tx      pgx.Tx
 	scanID  int64
-	entries []ScanEntry // cut into batches by Store, off the caller's path to the next round
+	entries []ScanEntry // cut into chunks by Store, off the caller's path to the next round
 }
 
 // Store writes the entries and points the round at them (entries_scan_id), in the
@@ -168,7 +169,7 @@ type PendingEntries struct {
 // stays COMPLETE without entries (entries_scan_id NULL): the next round of the same set then
 // stores them itself (EndScan), and no catalog is published on this round's entries.
 func (p *PendingEntries) Store(ctx context.Context) error {
-	err := copyEntries(ctx, p.tx, entryBatches(p.scanID, p.entries))
+	err := storeEntries(ctx, p.tx, p.scanID, p.entries)
 	if err == nil {
 		_, err = p.tx.Exec(ctx, `UPDATE discovery_scans SET entries_scan_id = id WHERE id = $1 AND entries_scan_id IS NULL`, p.scanID)
 	}
@@ -287,46 +288,6 @@ func endScanRow(ctx context.Context, tx pgx.Tx, end ScanEnd, selfHolds bool) (ti
 		return time.Time{}, nil, fmt.Errorf("scan %d: %w", end.ScanID, ErrStaleScan)
 	}
 	return ended, stored, err
-}
-
-// copyEntries writes entry batches (entryBatches) with COPY.
-func copyEntries(ctx context.Context, tx pgx.Tx, batches [][]any) error {
-	if len(batches) == 0 {
-		return nil
-	}
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"catalog_entry_batches"},
-		[]string{"scan_id", "batch", "kind", "uris", "server_uris", "names", "mime_types"},
-		pgx.CopyFromRows(batches))
-	return err
-}
-
-// entryBatchSize is the most entries stored in one catalog_entry_batches row.
-const entryBatchSize = 1000
-
-// entryBatches cuts entries, in their order, into rows of catalog_entry_batches: at most
-// entryBatchSize entries of one kind each.
-func entryBatches(scanID int64, entries []ScanEntry) [][]any {
-	var rows [][]any
-	for start := 0; start < len(entries); {
-		end := start
-		for end < len(entries) && end-start < entryBatchSize && entries[end].Kind == entries[start].Kind {
-			end++
-		}
-		n := end - start
-		uris, servers, names, mimes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		normalized := false
-		for i, e := range entries[start:end] {
-			// Names, MIME types and template URIs are the server's own strings (SafeText).
-			uris[i], servers[i], names[i], mimes[i] = SafeText(e.URI), SafeText(e.ServerURI), SafeText(e.Name), SafeText(e.MIMEType)
-			normalized = normalized || e.URI != e.ServerURI
-		}
-		if !normalized {
-			uris = nil // stored as NULL: every URI is already in normal form
-		}
-		rows = append(rows, []any{scanID, len(rows), entries[start].Kind, uris, servers, names, mimes})
-		start = end
-	}
-	return rows
 }
 
 func nonNil(s []string) []string {

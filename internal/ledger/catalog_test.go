@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -827,10 +828,100 @@ func TestCatalogEntriesRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("entries (-stored +read):\n%s", diff)
 	}
-	if n := f.countRows(`SELECT count(*) FROM catalog_entry_batches`); n != 4 {
-		t.Errorf("%d batches for 2,501 resources and 2 templates, want 4 (the second round stored none)", n)
+	if n := f.countRows(`SELECT count(*) FROM catalog_entry_batches WHERE scan_id <> $1`, ids[0]); n != 0 {
+		t.Errorf("the second round stored %d chunks of its own, want none (same set)", n)
 	}
-	if n := f.countRows(`SELECT count(*) FROM catalog_entry_batches WHERE uris IS NOT NULL`); n != 1 {
-		t.Errorf("%d batches store normalized URIs, want only the first", n)
+	// Chunks of one kind each, none above the most entries a chunk holds, cut from the set in
+	// order (CatalogEntries above), every chunk stored once.
+	if n := f.countRows(`SELECT count(*) FROM catalog_entry_arrays WHERE cardinality(server_uris) > $1`, ledger.ChunkMax); n != 0 {
+		t.Errorf("%d chunks hold more than %d entries", n, ledger.ChunkMax)
+	}
+	if n := f.countRows(`SELECT count(*) FROM catalog_entry_arrays WHERE kind = 'template'`); n != 1 {
+		t.Errorf("%d chunks of templates, want 1", n)
+	}
+	if n, m := f.countRows(`SELECT count(*) FROM catalog_entry_chunks`), f.countRows(`SELECT count(*) FROM catalog_entry_batches`); n != m || n < 3 {
+		t.Errorf("%d chunks stored, %d named: want the same, at least 3 (2,501 resources in chunks of at most %d, and the templates)", n, m, ledger.ChunkMax)
+	}
+	if n := f.countRows(`SELECT count(*) FROM catalog_entry_arrays WHERE uris IS NOT NULL`); n != 1 {
+		t.Errorf("%d chunks store normalized URIs, want only the first", n)
+	}
+}
+
+// Issue 16 item 5: a set that differs from the source's last one in a few entries shares every
+// other chunk with it, so storing it writes at most two chunks; each round reads back exactly
+// its own set.
+func TestCatalogEntriesShareChunks(t *testing.T) {
+	base := make([]ledger.ScanEntry, 0, 5000)
+	for i := range 5000 {
+		u := fmt.Sprintf("demo://items/%05d", i*2)
+		base = append(base, ledger.ScanEntry{Kind: ledger.EntryResource, URI: u, ServerURI: u, Name: "n", MIMEType: "text/plain"})
+	}
+	entry := func(u, name string) ledger.ScanEntry {
+		return ledger.ScanEntry{Kind: ledger.EntryResource, URI: u, ServerURI: u, Name: name, MIMEType: "text/plain"}
+	}
+	edit := func(f func([]ledger.ScanEntry) []ledger.ScanEntry) []ledger.ScanEntry {
+		return f(slices.Clone(base))
+	}
+	tests := []struct {
+		name string
+		set  []ledger.ScanEntry
+	}{
+		{"one added in the middle", edit(func(s []ledger.ScanEntry) []ledger.ScanEntry {
+			return slices.Insert(s, 2500, entry("demo://items/05001", "n"))
+		})},
+		{"one removed", edit(func(s []ledger.ScanEntry) []ledger.ScanEntry { return slices.Delete(s, 1234, 1235) })},
+		{"one renamed", edit(func(s []ledger.ScanEntry) []ledger.ScanEntry { s[4000].Name = "renamed"; return s })},
+		{"one added first", edit(func(s []ledger.ScanEntry) []ledger.ScanEntry {
+			return slices.Insert(s, 0, entry("demo://items/0", "n"))
+		})},
+		{"one added last", edit(func(s []ledger.ScanEntry) []ledger.ScanEntry { return append(s, entry("demo://items/99999", "n")) })},
+		{"a template added", edit(func(s []ledger.ScanEntry) []ledger.ScanEntry {
+			return append(s, ledger.ScanEntry{Kind: ledger.EntryTemplate, URI: "demo://t/{x}", ServerURI: "demo://t/{x}", Name: "t"})
+		})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newCatFixture(t, false)
+			store := func(set []ledger.ScanEntry, digest string) int64 {
+				run := f.newRun()
+				var ids []int64
+				for n := 1; n <= 2; n++ {
+					id, _, err := f.st.BeginScan(f.ctx, ledger.ScanStart{Key: fmt.Sprintf("%s/%d", run, n), Run: run, ScanWorkflowID: run, Round: n, SourceID: f.src.ID, SessionGeneration: f.gen})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := f.st.EndScan(f.ctx, ledger.ScanEnd{ScanID: id, SetDigest: digest}, set); err != nil {
+						t.Fatal(err)
+					}
+					ids = append(ids, id)
+				}
+				c, err := f.publish(run, ledger.ProofSnapshotUnproven, ids...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := f.st.CatalogEntries(f.ctx, c.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(set, got); diff != "" {
+					t.Errorf("entries of set %s (-stored +read):\n%s", digest, diff)
+				}
+				return c.ID
+			}
+			first := store(base, "sha256:base")
+			before := f.countRows(`SELECT count(*) FROM catalog_entry_chunks`)
+			store(tt.set, "sha256:edited")
+			if added := f.countRows(`SELECT count(*) FROM catalog_entry_chunks`) - before; added < 1 || added > 2 {
+				t.Errorf("the edited set added %d chunks to the %d of the first, want 1 or 2", added, before)
+			}
+			// The first catalog still reads back as it was.
+			got, err := f.st.CatalogEntries(f.ctx, first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(base, got); diff != "" {
+				t.Errorf("first set after the second was stored (-stored +read):\n%s", diff)
+			}
+		})
 	}
 }

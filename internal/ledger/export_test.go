@@ -38,3 +38,6 @@ func RevokeFollowUpStatements(principal string, revocationID int64, sources []in
 func (s *Store) LockedRow(ctx context.Context, id int64, stmt string, args []any, dest ...any) error {
 	return s.lockedRow(ctx, id, stmt, args, dest...)
 }
+
+// ChunkMax is the most entries one stored chunk of a catalog holds.
+const ChunkMax = chunkMax

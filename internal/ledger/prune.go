@@ -105,9 +105,11 @@ func (r PruneReport) Table(name string) PruneTable {
 // PruneTables are the tables Prune deletes from, in the order it visits them: a row that only
 // a later table's row keeps alive is visited after that row's table (outbox rows before their
 // versions, versions before their blobs' verdicts, verdicts before the blobs, catalog
-// consumptions before their catalogs, catalogs before their rounds).
+// consumptions before their catalogs, catalogs before their rounds, rounds and their lists of
+// entry chunks before the chunks).
 var PruneTables = []string{"invalidation_outbox", "resource_versions", "guard_verdicts", "content_blobs",
-	"read_dispatches", "receipts", "catalog_consumptions", "catalogs", "discovery_scans", "catalog_entry_batches"}
+	"read_dispatches", "receipts", "catalog_consumptions", "catalogs", "discovery_scans", "catalog_entry_batches",
+	"catalog_entry_chunks"}
 
 // Keep conditions. Each func returns the SQL condition under which row alias t of its table
 // may be deleted; $1 is the cutoff, $2 the blob cutoff. dry names the dry-run form: there a
@@ -285,6 +287,19 @@ func scanPrunableAt(t string, dry, withNamers bool) string {
 		         AND %[1]s.session_generation = (SELECT %[1]s_so.current_generation FROM sources %[1]s_so WHERE %[1]s_so.id = %[1]s.source_id))`, t, ck, bk, namers)
 }
 
+// chunkPrunable: a chunk of catalog entries (migration 0018) stored before the cutoff that no
+// round's list names. A round that is about to name a stored chunk locks it first
+// (storeEntries), so the delete waits for it and then fails on the foreign key, and runs again.
+func chunkPrunable(t string, dry bool) string {
+	sk := ""
+	if dry {
+		sk = fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM discovery_scans %[1]s_s WHERE %[1]s_s.id = %[1]s_b.scan_id AND %[2]s)",
+			t, scanPrunable(t+"_s", true))
+	}
+	return fmt.Sprintf(`%[1]s.created_at < $1
+		AND NOT EXISTS (SELECT 1 FROM catalog_entry_batches %[1]s_b WHERE %[1]s_b.chunk = %[1]s.digest%[2]s)`, t, sk)
+}
+
 // pruneStep is one table's pass: its key columns (all bigint, or all text), the direction it
 // visits them in, and its keep condition.
 type pruneStep struct {
@@ -316,6 +331,7 @@ func pruneSteps() []pruneStep {
 		{table: "discovery_scans", keys: []string{"id"}, desc: true, cond: scanPrunable, extraTable: "catalog_entry_batches",
 			extraRows:  `(SELECT count(*) FROM catalog_entry_batches e WHERE e.scan_id = t.id)`,
 			extraBytes: `(SELECT coalesce(sum(pg_column_size(e.*)), 0) FROM catalog_entry_batches e WHERE e.scan_id = t.id)`},
+		{table: "catalog_entry_chunks", keys: []string{"digest"}, text: true, cond: chunkPrunable},
 	}
 }
 

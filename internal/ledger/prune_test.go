@@ -122,7 +122,14 @@ func buildPruneHistory(t *testing.T) *pruneHistory {
 	// Discovery: an older catalog (consumed once), a failed round, the newest catalog
 	// (consumed once too).
 	cf := &catFixture{t: t, ctx: ctx, st: st, src: f.src, gen: f.sess.Generation}
-	oldRun, oa, ob := cf.pair(spec{set: "a"}, spec{set: "a"})
+	// The older set is the newer one and one entry more: the two share every chunk of stored
+	// entries but the last (migration 0018), which only the older catalog's rounds name.
+	var newSet []string
+	for i := range 2000 {
+		newSet = append(newSet, fmt.Sprintf("demo://other/%04d", i))
+	}
+	oldSet := append(slices.Clone(newSet), "demo://other/9999")
+	oldRun, oa, ob := cf.pair(spec{set: "a", uris: oldSet}, spec{set: "a", uris: oldSet})
 	if _, err := cf.publish(oldRun, ledger.ProofSnapshotUnproven, oa.ID, ob.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +137,7 @@ func buildPruneHistory(t *testing.T) *pruneHistory {
 		t.Fatal(err)
 	}
 	cf.round(cf.newRun(), 1, spec{failed: "CURSOR_CYCLE"})
-	newRun, na, nb := cf.pair(spec{set: "b"}, spec{set: "b"})
+	newRun, na, nb := cf.pair(spec{set: "b", uris: newSet}, spec{set: "b", uris: newSet})
 	if h.newCatalog, err = cf.publish(newRun, ledger.ProofSnapshotUnproven, na.ID, nb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -255,6 +262,7 @@ func (h *pruneHistory) snapshot(t *testing.T) map[string][]string {
 		"catalogs":     h.strings(t, `SELECT id::text FROM catalogs`),
 		"scans":        h.strings(t, `SELECT id::text FROM discovery_scans`),
 		"entries":      h.strings(t, `SELECT DISTINCT scan_id::text FROM catalog_entry_batches`),
+		"chunks":       h.strings(t, `SELECT digest FROM catalog_entry_chunks`),
 		"consumptions": h.strings(t, `SELECT consumer FROM catalog_consumptions`),
 	}
 }
@@ -301,6 +309,11 @@ func testPruneKeepsWhatFencesNeed(t *testing.T, batch int) {
 		return out
 	}
 
+	// The newest catalog's chunks stay; the older one's last chunk, named by no other round, goes.
+	newChunks := h.strings(t, `SELECT chunk FROM catalog_entry_batches WHERE scan_id = $1`, h.newRounds[0])
+	if all := h.strings(t, `SELECT digest FROM catalog_entry_chunks`); len(newChunks) < 2 || len(all) != len(newChunks)+1 {
+		t.Fatalf("%d chunks stored, %d of them the newest catalog's: want it to hold at least 2, and the older catalog to add 1", len(all), len(newChunks))
+	}
 	dry, err := st.Prune(ctx, ledger.PruneOptions{OlderThan: 0, DryRun: true, BatchSize: batch})
 	if err != nil {
 		t.Fatal(err)
@@ -328,6 +341,7 @@ func testPruneKeepsWhatFencesNeed(t *testing.T, batch int) {
 		"catalogs":     idx(h.newCatalog.ID),
 		"scans":        idx(h.newRounds...),
 		"entries":      idx(h.newRounds[0]), // round B reuses round A's entries (same set)
+		"chunks":       newChunks,
 		"consumptions": {"new"},
 	}
 	for _, l := range want {

@@ -76,7 +76,7 @@ func (s *Store) ConfirmTombstone(ctx context.Context, req ConfirmTombstoneReques
 			  AND c.id = $3 AND c.source_id = s.source_id AND c.session_generation = s.session_generation
 			  AND c.proof_level IN ('SNAPSHOT_PROVEN', 'SNAPSHOT_UNPROVEN') AND c.invalidated_at IS NULL
 			  AND c.scans_started_at > d.issued_at
-			  AND NOT EXISTS (SELECT 1 FROM catalog_entry_batches e
+			  AND NOT EXISTS (SELECT 1 FROM catalog_entry_arrays e
 			                  WHERE e.scan_id = c.entries_scan_id AND e.kind = 'resource' AND s.uri = ANY (coalesce(e.uris, e.server_uris)))
 			  AND NOT `+templateMatch+`
 			RETURNING s.id, s.principal, s.source_id, s.uri, s.generation, s.session_generation,
@@ -157,7 +157,7 @@ func (s *Store) refuseTombstone(ctx context.Context, req ConfirmTombstoneRequest
 		var invalidated, listed, template bool
 		err = tx.QueryRow(ctx, `SELECT c.source_id, c.session_generation, c.proof_level,
 				c.invalidated_at IS NOT NULL, c.scans_started_at,
-				EXISTS (SELECT 1 FROM catalog_entry_batches e WHERE e.scan_id = c.entries_scan_id
+				EXISTS (SELECT 1 FROM catalog_entry_arrays e WHERE e.scan_id = c.entries_scan_id
 				        AND e.kind = 'resource' AND s.uri = ANY (coalesce(e.uris, e.server_uris))),
 				`+templateMatch+`
 			FROM catalogs c, subscriptions s WHERE c.id = $1 AND s.id = $2`, req.CatalogID, req.SubscriptionID).Scan(&catSource, &catSession, &level,
@@ -220,7 +220,7 @@ func (s *Store) refuseTombstone(ctx context.Context, req ConfirmTombstoneRequest
 // them, can produce subscription s's URI (normalized or in the server's spelling), by the
 // RFC 6570 matching of mcpsync_uri_template_matches (migration 0007), which errs towards
 // "can produce". Used in ConfirmTombstone's fence and in its refusal labels.
-const templateMatch = `EXISTS (SELECT 1 FROM catalog_entry_batches e, unnest(e.server_uris) AS t (tpl)
+const templateMatch = `EXISTS (SELECT 1 FROM catalog_entry_arrays e, unnest(e.server_uris) AS t (tpl)
 	WHERE e.scan_id = c.entries_scan_id AND e.kind = 'template'
 	  AND (mcpsync_uri_template_matches(t.tpl, s.uri) OR mcpsync_uri_template_matches(t.tpl, s.server_uri)))`
 
