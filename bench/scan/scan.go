@@ -5,7 +5,10 @@
 // listing of the same server over the same transport (streamable HTTP) in the same run. It
 // prints both times and their ratio (goal ≤ 2.2×: the double scan may cost little more than
 // two raw listings), for a changed set (the scan stores the new entries once) and for an
-// unchanged one (a re-check stores no entries). Everything runs in-process (localstack).
+// unchanged one (a re-check stores no entries). For the changed set it also prints how many
+// entries the scan stored in the ledger beside how many it listed: a catalog's entries are
+// stored by content, so a set that changed in one entry stores one chunk of entries, not the
+// whole set. Everything runs in-process (localstack).
 //
 // With -era 2026-07-28 the server speaks both eras and every listing (raw, one round, the A/B
 // scan) runs on a 2026-07-28 session.
@@ -17,6 +20,7 @@
 package scan
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -120,6 +124,8 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 	// list_changed would start scans of its own; the measured scans are the CLI's.
 	srv.SuppressListChanged(true)
 	var raw, direct, changed, unchanged []time.Duration
+	var stored []float64 // entries a changed-set scan wrote to the ledger (chunks it added)
+	listed := 0
 	var longest time.Duration // the longest run so far (raw listing, one round, A/B scan)
 	for i := 0; i <= runs; i++ {
 		cold := i < runs
@@ -174,6 +180,14 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 		kind := "changed set"
 		if cold {
 			changed = append(changed, d)
+			// The chunks of entries stored since the request (migration 0018: only those
+			// the last catalog's set did not hold).
+			var n int64
+			if err := st.Store.Pool().QueryRow(ctx, `SELECT coalesce(sum(cardinality(server_uris)), 0)
+				FROM catalog_entry_chunks WHERE created_at >= $1`, t0).Scan(&n); err != nil {
+				return fmt.Errorf("entries stored by scan %d: %w", i+1, err)
+			}
+			stored, listed = append(stored, float64(n)), want
 		} else {
 			kind = "unchanged set"
 			unchanged = append(unchanged, d)
@@ -194,6 +208,7 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 		median(changed).Round(time.Millisecond), float64(median(changed))/float64(r))
 	fmt.Printf("mcpsync A/B double scan, unchanged set (request→catalog): %s  ratio %.2fx\n",
 		median(unchanged).Round(time.Millisecond), float64(median(unchanged))/float64(r))
+	fmt.Printf("entries a changed-set scan stored in the ledger:           %.0f of %d listed\n", median(stored), listed)
 	secs := func(name string, d time.Duration) benchline.Figure {
 		return benchline.Figure{Name: fmt.Sprintf("%s-%d", name, n), Value: d.Seconds(), Unit: "s"}
 	}
@@ -202,6 +217,8 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 	benchline.PrintVs(os.Stdout, secs("scan-round", median(direct)), raw1)
 	benchline.PrintVs(os.Stdout, secs("scan-ab", median(changed)), raw1)
 	benchline.PrintVs(os.Stdout, secs("scan-ab-unchanged", median(unchanged)), raw1)
+	benchline.PrintVs(os.Stdout, benchline.Figure{Name: fmt.Sprintf("scan-ab-stored-entries-%d", n), Value: median(stored), Unit: "entries"},
+		benchline.Figure{Name: fmt.Sprintf("scan-ab-listed-entries-%d", n), Value: float64(listed), Unit: "entries"})
 	return nil
 }
 
@@ -269,8 +286,9 @@ func waitCatalog(ctx context.Context, st *ledger.Store, sourceID int64) error {
 	return fmt.Errorf("no catalog of source %d within 5 minutes", sourceID)
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
+// median is the middle value of xs (of an even count, the upper of the two).
+func median[T cmp.Ordered](xs []T) T {
+	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
 }
