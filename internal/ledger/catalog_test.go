@@ -147,6 +147,34 @@ func (f *catFixture) publish(run string, level ledger.ProofLevel, basis ...int64
 	})
 }
 
+// publishSet stores set as two complete rounds (set digest digest) of a new scan run, publishes
+// them as a SNAPSHOT_UNPROVEN catalog and returns it with its entries as CatalogEntries reads
+// them back.
+func (f *catFixture) publishSet(set []ledger.ScanEntry, digest string) (ledger.Catalog, []ledger.ScanEntry) {
+	f.t.Helper()
+	run := f.newRun()
+	var ids []int64
+	for n := 1; n <= 2; n++ {
+		id, _, err := f.st.BeginScan(f.ctx, ledger.ScanStart{Key: fmt.Sprintf("%s/%d", run, n), Run: run, ScanWorkflowID: run, Round: n, SourceID: f.src.ID, SessionGeneration: f.gen})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if _, err := f.st.EndScan(f.ctx, ledger.ScanEnd{ScanID: id, SetDigest: digest}, set); err != nil {
+			f.t.Fatalf("end scan of set %s: %v", digest, err)
+		}
+		ids = append(ids, id)
+	}
+	c, err := f.publish(run, ledger.ProofSnapshotUnproven, ids...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	got, err := f.st.CatalogEntries(f.ctx, c.ID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c, got
+}
+
 // BeginScan only opens rounds on the source's current, live session.
 func TestBeginScanFence(t *testing.T) {
 	f := newCatFixture(t, true)
@@ -805,31 +833,15 @@ func TestCatalogEntriesRoundTrip(t *testing.T) {
 	for _, tmpl := range []string{"demo://t/{a}", "demo://t/{b}"} {
 		want = append(want, ledger.ScanEntry{Kind: ledger.EntryTemplate, URI: tmpl, ServerURI: tmpl, Name: "t"})
 	}
-	run := f.newRun()
-	var ids []int64
-	for n := 1; n <= 2; n++ {
-		id, _, err := f.st.BeginScan(f.ctx, ledger.ScanStart{Key: fmt.Sprintf("%s/%d", run, n), Run: run, ScanWorkflowID: run, Round: n, SourceID: f.src.ID, SessionGeneration: f.gen})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.st.EndScan(f.ctx, ledger.ScanEnd{ScanID: id, SetDigest: "sha256:big"}, want); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	c, err := f.publish(run, ledger.ProofSnapshotUnproven, ids...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := f.st.CatalogEntries(f.ctx, c.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, got := f.publishSet(want, "sha256:big")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("entries (-stored +read):\n%s", diff)
 	}
-	if n := f.countRows(`SELECT count(*) FROM catalog_entry_batches WHERE scan_id <> $1`, ids[0]); n != 0 {
-		t.Errorf("the second round stored %d chunks of its own, want none (same set)", n)
+	if n := f.countRows(`SELECT count(DISTINCT scan_id) FROM catalog_entry_batches b JOIN catalogs c ON c.entries_scan_id = b.scan_id WHERE c.id = $1`, c.ID); n != 1 {
+		t.Errorf("the catalog's chunks are named by %d rounds, want 1 (the second round, same set, stores none)", n)
+	}
+	if n := f.countRows(`SELECT count(DISTINCT scan_id) FROM catalog_entry_batches`); n != 1 {
+		t.Errorf("%d rounds name chunks, want 1 (the second round, same set, stores none)", n)
 	}
 	// Chunks of one kind each, none above the most entries a chunk holds, cut from the set in
 	// order (CatalogEntries above), every chunk stored once.
@@ -883,26 +895,7 @@ func TestCatalogEntriesShareChunks(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newCatFixture(t, false)
 			store := func(set []ledger.ScanEntry, digest string) int64 {
-				run := f.newRun()
-				var ids []int64
-				for n := 1; n <= 2; n++ {
-					id, _, err := f.st.BeginScan(f.ctx, ledger.ScanStart{Key: fmt.Sprintf("%s/%d", run, n), Run: run, ScanWorkflowID: run, Round: n, SourceID: f.src.ID, SessionGeneration: f.gen})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, err := f.st.EndScan(f.ctx, ledger.ScanEnd{ScanID: id, SetDigest: digest}, set); err != nil {
-						t.Fatal(err)
-					}
-					ids = append(ids, id)
-				}
-				c, err := f.publish(run, ledger.ProofSnapshotUnproven, ids...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := f.st.CatalogEntries(f.ctx, c.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
+				c, got := f.publishSet(set, digest)
 				if diff := cmp.Diff(set, got); diff != "" {
 					t.Errorf("entries of set %s (-stored +read):\n%s", digest, diff)
 				}

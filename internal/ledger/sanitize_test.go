@@ -3,7 +3,6 @@ package ledger_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -108,26 +107,7 @@ func TestHostileServerStrings(t *testing.T) {
 		{Kind: ledger.EntryResource, URI: "demo://h/1", ServerURI: "demo://h/1", Name: hostile, MIMEType: hostile},
 		{Kind: ledger.EntryTemplate, URI: "demo://h/{x}\x00", ServerURI: "demo://h/{x}\x00", Name: hostile, MIMEType: "text/\xff"},
 	}
-	run := f.newRun()
-	var ids []int64
-	for n := 1; n <= 2; n++ {
-		id, _, err := f.st.BeginScan(f.ctx, ledger.ScanStart{Key: fmt.Sprintf("%s/%d", run, n), Run: run, ScanWorkflowID: run, Round: n, SourceID: f.src.ID, SessionGeneration: f.gen})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.st.EndScan(f.ctx, ledger.ScanEnd{ScanID: id, SetDigest: "sha256:hostile"}, entries); err != nil {
-			t.Fatalf("end scan with hostile entries: %v", err)
-		}
-		ids = append(ids, id)
-	}
-	c, err := f.publish(run, ledger.ProofSnapshotUnproven, ids...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := f.st.CatalogEntries(f.ctx, c.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, got := f.publishSet(entries, "sha256:hostile")
 	want := []ledger.ScanEntry{
 		{Kind: ledger.EntryResource, URI: "demo://h/1", ServerURI: "demo://h/1", Name: hostileStored, MIMEType: hostileStored},
 		{Kind: ledger.EntryTemplate, URI: `demo://h/{x}\u0000`, ServerURI: `demo://h/{x}\u0000`, Name: hostileStored, MIMEType: `text/\xFF`},
