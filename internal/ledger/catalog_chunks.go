@@ -139,7 +139,7 @@ func storeEntries(ctx context.Context, tx pgx.Tx, scanID int64, entries []ScanEn
 		if have[c.digest] {
 			continue
 		}
-		have[c.digest] = true // a set never holds one chunk twice, but a batch must not send it twice
+		have[c.digest] = true // a set may hold one chunk twice (a resource listed over and over): insert it once
 		b.Queue(`INSERT INTO catalog_entry_chunks (digest, kind, server_uris, uris, names, mime_types)
 			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (digest) DO NOTHING`,
 			c.digest, c.kind, c.servers, c.uris, c.names, c.mime)

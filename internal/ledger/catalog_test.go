@@ -859,6 +859,24 @@ func TestCatalogEntriesRoundTrip(t *testing.T) {
 	}
 }
 
+// A set in which one chunk's content comes back (a server listing one resource thousands of
+// times) stores that chunk once and reads back every entry.
+func TestCatalogEntriesRepeatedChunk(t *testing.T) {
+	f := newCatFixture(t, false)
+	e := ledger.ScanEntry{Kind: ledger.EntryResource, URI: "demo://again", ServerURI: "demo://again", Name: "n"}
+	set := slices.Repeat([]ledger.ScanEntry{e}, 3*ledger.ChunkMax)
+	c, got := f.publishSet(set, "sha256:again")
+	if diff := cmp.Diff(set, got); diff != "" {
+		t.Errorf("entries (-stored +read):\n%s", diff)
+	}
+	if n := f.countRows(`SELECT count(*) FROM catalog_entry_batches b JOIN catalogs c ON c.entries_scan_id = b.scan_id WHERE c.id = $1`, c.ID); n < 3 {
+		t.Errorf("the set is listed in %d chunks, want at least 3 (at most %d entries each)", n, ledger.ChunkMax)
+	}
+	if n := f.countRows(`SELECT count(*) FROM catalog_entry_chunks`); n != 1 {
+		t.Errorf("%d chunks stored, want 1 (every chunk of the set holds the same entries)", n)
+	}
+}
+
 // Issue 16 item 5: a set that differs from the source's last one in a few entries shares every
 // other chunk with it, so storing it writes at most two chunks; each round reads back exactly
 // its own set.
