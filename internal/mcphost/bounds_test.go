@@ -3,6 +3,7 @@ package mcphost_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +41,38 @@ func (g *gatedSignaler) SignalWorkflow(ctx context.Context, workflowID, runID, n
 	return g.recorder.SignalWorkflow(ctx, workflowID, runID, name, arg)
 }
 
+// gatedSource is a source on a fault-injecting HTTP server serving its URIs, whose host holds
+// the first signal (gatedSignaler), with an ACTIVE subscription per URI on the live session;
+// closedURI's subscription is closed.
+type gatedSource struct {
+	srv       *chaosmcp.Server
+	src       ledger.Source
+	sig       *gatedSignaler
+	conn      *mcphost.Conn
+	gen       int64
+	subs      map[string]ledger.Subscription // by URI, closedURI's included
+	serverSeq int                            // the server's number of the host's session
+}
+
+func (f *fixture) gatedSource(name, closedURI string, uris ...string) gatedSource {
+	f.t.Helper()
+	srv, hs := f.chaosHTTP(chaosmcp.Options{})
+	for _, u := range uris {
+		srv.Set(u, "0", "text/plain")
+	}
+	g := gatedSource{srv: srv, sig: &gatedSignaler{recorder: newRecorder(), release: make(chan struct{}), held: make(chan struct{})},
+		subs: map[string]ledger.Subscription{}}
+	g.src = f.addSource(ledger.SourceSpec{Name: name, Transport: ledger.TransportHTTP, URL: hs.URL})
+	g.conn = f.waitSession(f.startHost("host-a", mcphost.Options{}, g.sig), g.src.ID, 0)
+	g.gen = g.conn.Generation()
+	for _, u := range uris {
+		g.subs[u] = f.activeSub(g.src.ID, u, g.gen)
+	}
+	f.closeSub(g.subs[closedURI])
+	g.serverSeq = srv.Sessions()[0].Seq
+	return g
+}
+
 // A server flooding notifications faster than the host routes them fills the session's
 // bounded queue (issue 14 item 6); what does not fit is not lost: one NOTIFICATION_OVERFLOW
 // audit records it, and every live subscription of the source is signalled as notified at the
@@ -48,24 +81,11 @@ func TestNotificationQueueOverflowLosesNothing(t *testing.T) {
 	const queueCap, flood = 3, 60
 	defer mcphost.SetNotificationQueueCap(queueCap)()
 	f := newFixture(t)
-	srv, hs := f.chaosHTTP(chaosmcp.Options{})
 	uris := []string{"demo://flood/a", "demo://flood/b", "demo://flood/c", "demo://flood/d"}
 	const closedURI = "demo://flood/closed"
-	for _, u := range append(uris, closedURI) {
-		srv.Set(u, "0", "text/plain")
-	}
-	src := f.addSource(ledger.SourceSpec{Name: "flood", Transport: ledger.TransportHTTP, URL: hs.URL})
-	sig := &gatedSignaler{recorder: newRecorder(), release: make(chan struct{}), held: make(chan struct{})}
-	h := f.startHost("host-a", mcphost.Options{}, sig)
-	c := f.waitSession(h, src.ID, 0)
-	gen := c.Generation()
-	subs := map[string]ledger.Subscription{}
-	for _, u := range uris {
-		subs[u] = f.activeSub(src.ID, u, gen)
-	}
-	closed := f.activeSub(src.ID, closedURI, gen)
-	f.closeSub(closed)
-	serverSeq := srv.Sessions()[0].Seq
+	g := f.gatedSource("flood", closedURI, append(slices.Clone(uris), closedURI)...)
+	srv, src, sig, c, gen, subs, serverSeq := g.srv, g.src, g.sig, g.conn, g.gen, g.subs, g.serverSeq
+	closed := subs[closedURI]
 
 	// Notification 1 is routed and its signal held; 2..flood arrive meanwhile.
 	lastSeqOf := map[string]int64{}

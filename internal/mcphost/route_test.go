@@ -11,9 +11,6 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
-	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
-	"github.com/mcpsync/mcpsync/internal/ledger"
-	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 
 // Notifications that queue while the router is busy are routed as a batch, recorded in one
@@ -24,23 +21,9 @@ import (
 // nothing signalled for them (R12, R19).
 func TestBatchRoutedAsOneByOne(t *testing.T) {
 	f := newFixture(t)
-	srv, hs := f.chaosHTTP(chaosmcp.Options{})
 	const held, a, b, closedURI = "demo://batch/held", "demo://batch/a", "demo://batch/b", "demo://batch/closed"
-	for _, u := range []string{held, a, b, closedURI} {
-		srv.Set(u, "0", "text/plain")
-	}
-	src := f.addSource(ledger.SourceSpec{Name: "batch", Transport: ledger.TransportHTTP, URL: hs.URL})
-	sig := &gatedSignaler{recorder: newRecorder(), release: make(chan struct{}), held: make(chan struct{})}
-	h := f.startHost("host-a", mcphost.Options{}, sig)
-	c := f.waitSession(h, src.ID, 0)
-	gen := c.Generation()
-	subs := map[string]ledger.Subscription{}
-	for _, u := range []string{held, a, b, closedURI} {
-		subs[u] = f.activeSub(src.ID, u, gen)
-	}
-	closed := subs[closedURI]
-	f.closeSub(closed)
-	serverSeq := srv.Sessions()[0].Seq
+	g := f.gatedSource("batch", closedURI, held, a, b, closedURI)
+	srv, src, sig, c, gen, subs, serverSeq := g.srv, g.src, g.sig, g.conn, g.gen, g.subs, g.serverSeq
 	send := func(u string) {
 		t.Helper()
 		if err := srv.SendUpdate(serverSeq, u); err != nil {
