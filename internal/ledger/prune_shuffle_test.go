@@ -30,6 +30,15 @@ func pruneShuffles() int {
 	return 120
 }
 
+// pruneSeed is the seed of round 1's shuffles (MCPSYNC_PRUNE_SEED, default from the clock);
+// rounds 2 and 3 run from the seeds after it.
+func pruneSeed() int64 {
+	if n, err := strconv.ParseInt(os.Getenv("MCPSYNC_PRUNE_SEED"), 10, 64); err == nil {
+		return n
+	}
+	return time.Now().UnixNano() % 1_000_000_000
+}
+
 // keptFacts are what the fences of a set of subscriptions rest on, as rows of text: the
 // subscription rows (watermarks, close fences), every state-changing receipt, the newest
 // version of each, the dispatches at and above each watermark, and the outbox rows a consumer
@@ -104,6 +113,50 @@ func acceptedBelowWatermark(t *testing.T, pool *pgxpool.Pool) []replay {
 	return out
 }
 
+// passHalf picks the cursor of a consumer that has passed the first half of the outbox rows,
+// moved on to the first row naming a content version that a newer version supersedes if the
+// first half holds none, and returns it with how many rows it passes. It fails the test when
+// no row names a superseded version or none would be left past the cursor.
+func passHalf(t *testing.T, pool *pgxpool.Pool) (ledger.OutboxCursor, int) {
+	t.Helper()
+	type row struct {
+		txid       string
+		id         int64
+		superseded bool
+	}
+	rows, err := pool.Query(context.Background(), `SELECT o.txid::text, o.id, EXISTS (SELECT 1 FROM resource_versions v
+			WHERE v.subscription_id = o.subscription_id AND v.read_ordinal = o.read_ordinal AND v.kind = 'content'
+			AND EXISTS (SELECT 1 FROM resource_versions n WHERE n.subscription_id = v.subscription_id AND n.read_ordinal > v.read_ordinal))
+		FROM invalidation_outbox o ORDER BY o.txid, o.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.txid, &x.id, &x.superseded)
+		return x, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := -1
+	for i, r := range list {
+		if r.superseded {
+			first = i
+			break
+		}
+	}
+	at := max(len(list)/2, first)
+	if first < 0 || at >= len(list)-1 {
+		t.Fatalf("round 1 left %d outbox rows, the first naming a superseded version at %d: no cursor passes one and leaves a row past it", len(list), first)
+	}
+	txid, err := strconv.ParseUint(list[at].txid, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ledger.OutboxCursor{TxID: txid, ID: list[at].id}, at + 1
+}
+
 func runShuffles(t *testing.T, pool *pgxpool.Pool, seed int64, n int) {
 	t.Helper()
 	rep, err := shuffle.Run(context.Background(), pool, shuffle.Options{Interleavings: n, Seed: seed})
@@ -138,29 +191,19 @@ func TestPruneUnderShuffles(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	st := ledger.New(pool)
-	seed := time.Now().UnixNano() % 1_000_000_000
-	t.Logf("seed %d, %d interleavings per round", seed, n)
+	seed := pruneSeed()
+	t.Logf("seed %d, %d interleavings per round (MCPSYNC_PRUNE_SEED=%d repeats it)", seed, n, seed)
 
 	if _, err := st.EnsureConsumer(ctx, "half", false); err != nil {
 		t.Fatal(err)
 	}
 	runShuffles(t, pool, seed, n)
 
-	// The consumer passes the first half of round 1's outbox rows.
-	var half ledger.OutboxCursor
-	var txid string
-	var total int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM invalidation_outbox`).Scan(&total); err != nil || total < 2 {
-		t.Fatalf("round 1 left %d outbox rows (%v)", total, err)
-	}
-	if err := pool.QueryRow(ctx, `SELECT txid::text, id FROM invalidation_outbox ORDER BY txid, id OFFSET $1 LIMIT 1`, total/2).
-		Scan(&txid, &half.ID); err != nil {
-		t.Fatal(err)
-	}
-	if half.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.CommitConsumer(ctx, "half", half, total/2); err != nil {
+	// The consumer passes the first half of round 1's outbox rows, and at least the first row
+	// that names a superseded content version (how many of those the first half holds depends
+	// on how the shuffles ran; without one, no version would be the pruner's to delete).
+	half, passed := passHalf(t, pool)
+	if _, err := st.CommitConsumer(ctx, "half", half, passed); err != nil {
 		t.Fatal(err)
 	}
 	var lastSub, lastOutbox int64
