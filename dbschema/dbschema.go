@@ -70,6 +70,11 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return apply(ctx, pool, migs)
+}
+
+// apply is Apply over the migrations migs, in version order.
+func apply(ctx context.Context, pool *pgxpool.Pool, migs []Migration) ([]int, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("dbschema: acquire connection: %w", err)

@@ -149,28 +149,12 @@ func TestConcurrentApplyRunsEachMigrationOnce(t *testing.T) {
 func TestEntryChunksMigrationKeepsEntries(t *testing.T) {
 	ctx := ctxFor(t)
 	pool := openPool(t, pgtest.NewEmptyDB(t))
-	migs, err := dbschema.Migrations()
-	if err != nil {
+	if _, err := dbschema.ApplyBelow(ctx, pool, 18); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migs {
-		if m.Version >= 18 {
-			break
-		}
-		if _, err := pool.Exec(ctx, m.SQL); err != nil {
-			t.Fatalf("%s: %v", m.Name, err)
-		}
-		if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-			t.Fatal(err)
-		}
 	}
 	// Two rounds' entries as 0002 stored them (the rounds' own rows are not what is migrated:
 	// the foreign key to them is not checked in this session).
-	err = pool.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
+	err := pool.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
 		if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
 			return err
 		}

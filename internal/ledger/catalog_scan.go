@@ -123,10 +123,10 @@ type ScanEntry = mcpsync.CatalogEntry
 // entries are written only if no earlier complete round of the source listed the same set
 // (same set digest): then the round points at that round's entries, so re-checking an
 // unchanged catalog writes no entries at all. Otherwise only the chunks of the set not stored
-// yet are written (storeEntries), so a set that changed in a few entries writes a few chunks. An earlier round of that set whose entries are
-// still being stored (EndScanDeferred) is waited for, so its entries are found. Every
-// server-supplied string (names, MIME types, template URIs, failure text, snapshot IDs) is
-// stored through SafeText.
+// yet are written (storeEntries), so a set that changed in a few entries writes a few chunks.
+// An earlier round of that set whose entries are still being stored (EndScanDeferred) is
+// waited for, so its entries are found. Every server-supplied string (names, MIME types,
+// template URIs, failure text, snapshot IDs) is stored through SafeText.
 func (s *Store) EndScan(ctx context.Context, end ScanEnd, entries []ScanEntry) (time.Time, error) {
 	complete, err := end.check()
 	if err != nil {
