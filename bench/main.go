@@ -8,7 +8,8 @@
 // os.Args; gate is the release gate's command line (cmd/mcpsync-gate), which `make bench` uses
 // for its duplicate-notification storm. They share one binary so that `make bench` and `make
 // bench-quick` link the embedded Temporal server once, not once per benchmark. An unknown or
-// missing name prints one line naming the benchmarks and exits 2.
+// missing name prints one line naming the benchmarks and exits 2. The process runs the
+// collector target of mcpsync's long-running processes (gcpolicy) and prints it first.
 package main
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/mcpsync/mcpsync/bench/scale"
 	"github.com/mcpsync/mcpsync/bench/scan"
 	"github.com/mcpsync/mcpsync/bench/throughput"
+	"github.com/mcpsync/mcpsync/internal/gcpolicy"
 	"github.com/mcpsync/mcpsync/internal/harness/gate"
 )
 
@@ -55,6 +57,9 @@ func main() {
 	name := "mcpsync-bench " + os.Args[1]
 	os.Args = append([]string{name}, os.Args[2:]...)
 	flag.CommandLine = flag.NewFlagSet(name, flag.ExitOnError)
+	// The benchmark's process plays mcpsync-dev and the worker (the embedded server, in-process
+	// workers): it runs the collector target they run.
+	fmt.Printf("garbage collector target (GOGC): %s\n", gcpolicy.Apply())
 	run()
 }
 

@@ -5,7 +5,8 @@
 // TEMPORAL_TLS_CA, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_TLS, TEMPORAL_API_KEY), each but the API
 // key also a --temporal-… flag; the defaults match mcpsync-dev. It serves the MCP gateway for
 // agents on MCPSYNC_GATEWAY_ADDR (default 127.0.0.1:8765; "off" serves none) and /metrics on
-// MCPSYNC_METRICS_ADDR. SIGINT or SIGTERM stops it;
+// MCPSYNC_METRICS_ADDR. Unless GOGC is set, its garbage collector runs at gcpolicy.Percent.
+// SIGINT or SIGTERM stops it;
 // with --parent-pid, so does the exit of that process (scripts/run.sh passes its own PID, so
 // that killing the script never leaves a worker behind).
 package main
@@ -24,6 +25,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/gateway"
+	"github.com/mcpsync/mcpsync/internal/gcpolicy"
 	"github.com/mcpsync/mcpsync/internal/logging"
 	"github.com/mcpsync/mcpsync/internal/metrics"
 	"github.com/mcpsync/mcpsync/internal/parentwatch"
@@ -53,6 +55,8 @@ func main() {
 		os.Exit(2)
 	}
 	defer log.Sync() //nolint:errcheck
+	// The collector's target measured for this process (issue 16); GOGC overrides it.
+	log.Info("garbage collector", zap.Stringer("gogc", gcpolicy.Apply()))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The parent's exit stops the worker as a signal would (on Linux it is delivered as SIGTERM).
