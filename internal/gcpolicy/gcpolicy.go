@@ -18,7 +18,7 @@ import (
 // update fell from 4.0 to 3.45 ms in the worker and from 10.9 to 9.4 ms in the embedded
 // Temporal server's process (means of five and four runs), PostgreSQL's did not move; 400
 // gave nothing more. At 10,000 subscriptions (the scale bench) the worker and mcpsync-dev each
-// peaked at 0.94–1.11 GiB resident, against 0.68–0.80 GiB at 100 (the goal: under 2 GiB).
+// peaked at 0.92–1.11 GiB resident, against 0.66–0.78 GiB at 100 (the goal: under 2 GiB).
 const Percent = 200
 
 // Setting is the collector's target a process runs with, and where it came from.
