@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,25 +25,45 @@ import (
 // workerProcess is mcpsync-worker running as a child process of the test.
 type workerProcess struct {
 	cmd *exec.Cmd
-	out *os.File
 }
 
-func (s *stack) startWorkerProcess(dir string, n int) *workerProcess {
+// startWorkerBinary starts mcpsync-worker as a child process of the test, on the stack's Temporal
+// server and ledger, with the flags args and its output in logPath. env adjusts the test's
+// environment for it: "KEY=value" sets a variable, a bare "KEY" leaves it out. The test's
+// cleanup kills it.
+func (s *stack) startWorkerBinary(logPath string, args []string, env ...string) *workerProcess {
 	s.t.Helper()
-	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.log", n)))
+	logf, err := os.Create(logPath)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	cmd := exec.Command(binary(s.t, "mcpsync-worker"), "--log-level", "warn")
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+s.ts.GetFrontendHostPort(),
+	defer logf.Close() // the child has its own descriptor
+	drop := map[string]bool{}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		drop[k] = true
+	}
+	var vars []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !drop[k] {
+			vars = append(vars, kv)
+		}
+	}
+	for _, kv := range env {
+		if strings.Contains(kv, "=") {
+			vars = append(vars, kv)
+		}
+	}
+	cmd := exec.Command(binary(s.t, "mcpsync-worker"), args...)
+	cmd.Env = append(vars, "TEMPORAL_ADDRESS="+s.ts.GetFrontendHostPort(),
 		"TEMPORAL_NAMESPACE="+s.ts.GetDefaultNamespace(), "DATABASE_URL="+s.dbURL)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = workerProcAttr()
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	w := &workerProcess{cmd: cmd, out: logf}
-	s.t.Cleanup(func() { w.kill(); logf.Close() })
+	w := &workerProcess{cmd: cmd}
+	s.t.Cleanup(w.kill)
 	return w
 }
 
@@ -185,7 +206,7 @@ func TestCrashesWhileStreaming(t *testing.T) {
 			}
 			srv := newEraServer(t, "crash", res)
 			h := serveBothEras(t, srv, "127.0.0.1:0")
-			w1 := s.startWorkerProcess(dir, 1)
+			w1 := s.startWorkerBinary(filepath.Join(dir, "worker-1.log"), []string{"--log-level", "warn"})
 			s.mustCLI("source", "add", "crash", "--url", h.URL, "--backstop", "10s", "--protocol", era)
 			for _, u := range uris {
 				s.mustCLI("subscribe", "crash", u, "--wait", "60s")
@@ -197,7 +218,7 @@ func TestCrashesWhileStreaming(t *testing.T) {
 			m.await(t, 15, "changes in flight when the worker dies")
 			w1.kill()
 			m.await(t, 15, "changes while no worker runs")
-			s.startWorkerProcess(dir, 2)
+			s.startWorkerBinary(filepath.Join(dir, "worker-2.log"), []string{"--log-level", "warn"})
 			s.converged("crash", m.halt(t), 2*time.Minute, "converged after the worker was killed")
 			s.checkInvariants()
 

@@ -3,10 +3,8 @@ package e2e_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,30 +27,12 @@ func TestWorkerGCTarget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logPath := filepath.Join(t.TempDir(), "worker.log")
-			logf, err := os.Create(logPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer logf.Close()
-			var env []string
-			for _, kv := range os.Environ() {
-				if !strings.HasPrefix(kv, "GOGC=") {
-					env = append(env, kv)
-				}
-			}
+			gogcEnv := "GOGC" // unset
 			if tc.gogc != "" {
-				env = append(env, "GOGC="+tc.gogc)
+				gogcEnv = "GOGC=" + tc.gogc
 			}
-			cmd := exec.Command(binary(t, "mcpsync-worker"), "--log-level", "info")
-			cmd.Env = append(env, "TEMPORAL_ADDRESS="+s.ts.GetFrontendHostPort(),
-				"TEMPORAL_NAMESPACE="+s.ts.GetDefaultNamespace(), "DATABASE_URL="+s.dbURL,
+			w := s.startWorkerBinary(logPath, []string{"--log-level", "info"}, gogcEnv,
 				"MCPSYNC_METRICS_ADDR=127.0.0.1:0", "MCPSYNC_GATEWAY_ADDR=off")
-			cmd.Stdout, cmd.Stderr = logf, logf
-			cmd.SysProcAttr = workerProcAttr()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			w := &workerProcess{cmd: cmd, out: logf}
 			defer w.kill()
 
 			metricsURL := regexp.MustCompile(`metrics served\t\{"url": "(http://127\.0\.0\.1:[0-9]+/metrics)"`)

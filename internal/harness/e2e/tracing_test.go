@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -223,22 +221,9 @@ func TestWorkerExportsTracesOverOTLP(t *testing.T) {
 	hs := httptest.NewServer(col)
 	defer hs.Close()
 	s := newStack(t, withoutWorker())
-	logf, err := os.Create(filepath.Join(t.TempDir(), "worker.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(binary(t, "mcpsync-worker"), "--log-level", "warn")
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+s.ts.GetFrontendHostPort(),
-		"TEMPORAL_NAMESPACE="+s.ts.GetDefaultNamespace(), "DATABASE_URL="+s.dbURL, "MCPSYNC_METRICS_ADDR=",
-		tracing.EnvEndpoint+"="+hs.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = workerProcAttr()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &workerProcess{cmd: cmd, out: logf}
-	t.Cleanup(w.kill)
+	w := s.startWorkerBinary(filepath.Join(t.TempDir(), "worker.log"), []string{"--log-level", "warn"},
+		"MCPSYNC_METRICS_ADDR=", tracing.EnvEndpoint+"="+hs.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
+	cmd := w.cmd
 
 	const uri = "demo://exported/1"
 	srv := s.startChaosHTTP("exported", map[string]string{uri: "v1"})
