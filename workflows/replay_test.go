@@ -22,6 +22,7 @@ var replayed = map[string]any{
 	contract.SubscriptionWorkflowName:  workflows.SubscriptionWorkflow,
 	contract.SourceWorkflowName:        workflows.SourceWorkflow,
 	contract.DiscoveryScanWorkflowName: workflows.DiscoveryScanWorkflow,
+	contract.StartBatchWorkflowName:    workflows.StartBatchWorkflow,
 }
 
 // Histories recorded from real runs on a real Temporal server, PostgreSQL ledger and MCP

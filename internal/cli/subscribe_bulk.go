@@ -218,7 +218,8 @@ type bulkJSON struct {
 }
 
 // subscribeMany starts the subscription workflows of many URIs with at most r.parallel
-// starts in flight, then (r.wait > 0) waits until each is ACTIVE or failed, reading the
+// starts in flight — with a wait, through the worker in batches (startBatches), whose starts
+// are eager — then (r.wait > 0) waits until each is ACTIVE or failed, reading the
 // ledger once per poll for all of them. It prints one line per URI that failed (stderr), a
 // summary (stdout), and returns an error (exit 1) if any failed. Every start is idempotent
 // (launch.Subscription), so running it again after a partial failure is safe.
@@ -252,14 +253,18 @@ func subscribeMany(ctx context.Context, e *runEnv, r bulkRequest) error {
 	results := make([]bulkResult, len(r.items))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(r.parallel, len(r.items)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				results[i] = startOne(ctx, e, tc, src, r, r.items[i], existing)
-			}
-		}()
+	if r.wait > 0 {
+		// A worker answered (awaitWorker): it starts the URIs, eagerly, in batches.
+		b := &startBatches{e: e, tc: tc, src: src, r: r, existing: existing, results: results}
+		wg.Go(func() { b.run(ctx, next) })
+	} else {
+		for range min(r.parallel, len(r.items)) {
+			wg.Go(func() {
+				for i := range next {
+					results[i] = startOne(ctx, e, tc, src, r, r.items[i], existing)
+				}
+			})
+		}
 	}
 	win := newStartWindow(st, r, src.Name, existing)
 feed:

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,9 +13,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/cli"
+	"github.com/mcpsync/mcpsync/internal/config"
+	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/harness/chaosmcp"
 	"github.com/mcpsync/mcpsync/internal/harness/localstack"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
@@ -32,24 +39,11 @@ var tookRE = regexp.MustCompile(` \(\d+\.\ds\)$`)
 func TestBulkSubscribe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	stack, err := localstack.Start(ctx, localstack.Options{AdminURL: pgtest.AdminURL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stack.Stop()
-	srv := chaosmcp.New(chaosmcp.Options{Name: "bulk", Version: "1.0.0"})
-	defer srv.Close()
+	items := map[string]string{}
 	for i := 1; i <= 9; i++ {
-		srv.Set("demo://items/"+string(rune('0'+i)), "body "+string(rune('0'+i)), "text/plain")
+		items["demo://items/"+string(rune('0'+i))] = "body " + string(rune('0'+i))
 	}
-	h, err := srv.StartHTTP("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if _, err := stack.MustCLI(ctx, "source", "add", "bulk", "--url", h.URL); err != nil {
-		t.Fatal(err)
-	}
+	stack := bulkStack(ctx, t, "bulk", items)
 	dir := t.TempDir()
 	file := func(name, body string) string {
 		p := filepath.Join(dir, name)
@@ -159,4 +153,108 @@ func TestBulkSubscribe(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A bulk subscribe from a process that runs no worker (as the CLI is) hands its starts to the
+// worker in batches, so that every subscription workflow is started eagerly (its first event
+// says the server accepted eager execution: its first workflow task went straight to the
+// worker). When no worker runs the batch workflow (an older worker: here a type nobody
+// registered, with a short timeout), the same URIs are started from the CLI, not eagerly, and
+// still all become ACTIVE (issue 16 item 4).
+func TestBulkSubscribeStartsEagerly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const n = 24
+	uri := func(i int) string { return fmt.Sprintf("demo://items/%02d", i) }
+	items := map[string]string{}
+	for i := range n {
+		items[uri(i)] = fmt.Sprintf("body %d", i)
+	}
+	stack := bulkStack(ctx, t, "eager", items)
+	// The CLI's own client: no worker polls through it, so none of its starts can be eager.
+	cliClient, err := client.Dial(client.Options{HostPort: stack.TemporalAddress, Namespace: stack.Namespace,
+		Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cliClient.Close()
+	run := func(uris []string) (string, string, cli.ExitCode) {
+		var out, errb strings.Builder
+		args := append([]string{"subscribe", "eager", "--wait", "60s", "--parallel", "4"}, uris...)
+		code := cli.Run(ctx, cli.Env{Stdout: &out, Stderr: &errb, Store: stack.Store, Temporal: cliClient,
+			Config: config.Env{Namespace: stack.Namespace, DatabaseURL: stack.DatabaseURL}}, args)
+		return out.String(), errb.String(), code
+	}
+	eager := func(u string) bool {
+		wfID := contract.SubscriptionWorkflowID("default", "eager", u)
+		it := stack.Client.GetWorkflowHistory(ctx, wfID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatalf("history of %s: %v", u, err)
+		}
+		return ev.GetWorkflowExecutionStartedEventAttributes().GetEagerExecutionAccepted()
+	}
+	tests := []struct {
+		name      string
+		from, to  int
+		batchType string // "" the real one
+		wantEager bool
+	}{
+		{name: "through the worker: eager", from: 0, to: n / 2, wantEager: true},
+		{name: "no worker runs the batch: from the CLI", from: n / 2, to: n, batchType: "NoSuchBatchWorkflow"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.batchType != "" {
+				defer cli.SetStartBatch(tt.batchType, 3*time.Second)()
+			}
+			var uris []string
+			for i := tt.from; i < tt.to; i++ {
+				uris = append(uris, uri(i))
+			}
+			out, errOut, code := run(uris)
+			want := fmt.Sprintf("eager default: %d URIs, %d ACTIVE, 0 failed\n", len(uris), len(uris))
+			if got := tookRE.ReplaceAllString(strings.TrimSuffix(out, "\n"), "") + "\n"; code != 0 || got != want {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 0, %q", code, out, errOut, want)
+			}
+			var got []string
+			for _, u := range uris {
+				sub, err := stack.Store.SubscriptionByKey(ctx, "default", "eager", u)
+				if err != nil || sub.State != mcpsync.StateActive || sub.LastAcceptedOrdinal == 0 {
+					t.Errorf("%s: %v (ordinal %d) %v, want ACTIVE with a version", u, sub.State, sub.LastAcceptedOrdinal, err)
+				}
+				if eager(u) != tt.wantEager {
+					got = append(got, u)
+				}
+			}
+			if len(got) > 0 {
+				t.Errorf("started eagerly, want %v: not so for %v", tt.wantEager, got)
+			}
+		})
+	}
+}
+
+// bulkStack starts a stack (stopped when the test ends) with source name: an MCP server over
+// streamable HTTP holding items (URI → text body).
+func bulkStack(ctx context.Context, t *testing.T, name string, items map[string]string) *localstack.Stack {
+	t.Helper()
+	stack, err := localstack.Start(ctx, localstack.Options{AdminURL: pgtest.AdminURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stack.Stop)
+	srv := chaosmcp.New(chaosmcp.Options{Name: name, Version: "1.0.0"})
+	t.Cleanup(func() { srv.Close() })
+	for u, body := range items {
+		srv.Set(u, body, "text/plain")
+	}
+	h, err := srv.StartHTTP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	if _, err := stack.MustCLI(ctx, "source", "add", name, "--url", h.URL); err != nil {
+		t.Fatal(err)
+	}
+	return stack
 }

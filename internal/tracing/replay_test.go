@@ -33,6 +33,7 @@ func TestRecordedHistoriesReplayWithTracing(t *testing.T) {
 		contract.SubscriptionWorkflowName:  workflows.SubscriptionWorkflow,
 		contract.SourceWorkflowName:        workflows.SourceWorkflow,
 		contract.DiscoveryScanWorkflowName: workflows.DiscoveryScanWorkflow,
+		contract.StartBatchWorkflowName:    workflows.StartBatchWorkflow,
 	}
 	files, err := filepath.Glob(filepath.Join("..", "..", "workflows", "testdata", "histories", "*.json"))
 	if err != nil || len(files) == 0 {

@@ -162,6 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	main.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
 	main.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
 	main.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
+	main.RegisterWorkflowWithOptions(workflows.StartBatchWorkflow, workflow.RegisterOptions{Name: contract.StartBatchWorkflowName})
 	led := &activities.Ledger{Store: w.Store, Metrics: w.obs.metrics()}
 	led.Register(main)
 	// One Session value on both queues: MCPRead joins the reads the fast path handed off.
@@ -169,6 +170,8 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	(&activities.LocalRead{Session: sess, Ledger: led}).Register(main)
 	(&activities.LocalSubscribe{Session: sess}).Register(main) // the subscribe fast path (issue 16 item 4)
 	(&activities.Catalog{Store: w.Store}).Register(main)
+	// Bulk subscribes' starts, from this client: eager onto main (issue 16 item 4).
+	(&activities.StartBatch{Client: w.Client, Namespace: cfg.Namespace}).Register(main)
 	hostWorker := worker.New(w.Client, queue, w.trace.options(workerOptions))
 	sess.Register(hostWorker)
 	(&activities.Discovery{Host: w.Host, Store: w.Store}).Register(hostWorker)

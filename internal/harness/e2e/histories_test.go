@@ -49,6 +49,7 @@ var workflowFuncs = map[string]any{
 	contract.SubscriptionWorkflowName:  workflows.SubscriptionWorkflow,
 	contract.SourceWorkflowName:        workflows.SourceWorkflow,
 	contract.DiscoveryScanWorkflowName: workflows.DiscoveryScanWorkflow,
+	contract.StartBatchWorkflowName:    workflows.StartBatchWorkflow,
 }
 
 // Runs subscriptions through their main paths on a real server (notifications, a lost
@@ -93,6 +94,18 @@ func TestHistoriesReplay(t *testing.T) {
 //
 // With -record-histories the closed executions' histories are written where the workflows
 // package's replay test reads them (source-NN-<status>.json, discoveryscan-NN-<status>.json).
+// A bulk subscribe's batch of starts (StartBatchWorkflow) on a real server replays; with
+// -record-histories it is written as start-batch-NN-<status>.json.
+func TestHistoriesReplayStartBatch(t *testing.T) {
+	s := newStack(t)
+	s.startChaosHTTP("batch", map[string]string{"demo://b/1": "one", "demo://b/2": "two", "demo://b/3": "three"})
+	s.mustCLI("subscribe", "batch", "demo://b/1", "demo://b/2", "demo://b/3", "--wait", "60s")
+	got := s.replayHistories(map[string]string{contract.StartBatchWorkflowName: "start-batch"})
+	if n := got[contract.StartBatchWorkflowName]; n < 1 {
+		t.Errorf("replayed %d start batches, want at least 1 (counts %v)", n, got)
+	}
+}
+
 func TestHistoriesReplayDiscovery(t *testing.T) {
 	s := newStack(t, suggestContinueAsNewAt(10))
 	srv := chaosServer(t, 2, 3, chaosmcp.DefaultCapabilities)
