@@ -16,7 +16,7 @@ import (
 )
 
 // StartBatch starts the subscription workflows of a bulk subscribe's batch from the worker's
-// own Temporal client, so that every start is eager (launch.Subscription; issue 16 item 4).
+// own Temporal client, so that every start is eager (launch.SubscriptionEager; issue 16 item 4).
 type StartBatch struct {
 	// Client is the client the worker polling contract.TaskQueue was built with: eager starts
 	// go to a worker of the same client.
@@ -48,7 +48,7 @@ func (a *StartBatch) StartSubscriptions(ctx context.Context, in contract.StartBa
 			for i := int(next.Add(1) - 1); i < len(in.Items) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
 				sub := in.Subscription(i)
 				wfID := contract.SubscriptionWorkflowID(sub.Principal, sub.Source, sub.URI)
-				if _, err := launch.Subscription(ctx, a.Client, a.Namespace, wfID, sub); err != nil {
+				if _, err := launch.SubscriptionEager(ctx, a.Client, a.Namespace, wfID, sub); err != nil {
 					out.Errors[i] = "starting subscription workflow " + wfID + ": " + err.Error()
 				}
 			}

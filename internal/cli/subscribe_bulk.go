@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,7 +42,7 @@ func subscribe(ctx context.Context, e *runEnv, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON")
 	urisFile := fs.String("uris-file", "", "read more URIs from `FILE`, one per line ('-': standard input; blank lines and lines starting with # are skipped)")
 	parallel := fs.Int("parallel", 16, "with many URIs: how many workflow starts are in flight at once")
-	window := fs.Int("window", 200, "with many URIs and --wait: how many subscriptions may be starting (started, not yet ACTIVE) at once; 0: no bound")
+	window := fs.Int("window", contract.EagerWindowMax, "with many URIs and --wait: how many subscriptions may be starting (started, not yet ACTIVE) at once; 0: no bound (up to "+strconv.Itoa(contract.EagerWindowMax)+" the worker starts them, eagerly)")
 	names := []string{"[SOURCE]", "[URI]"} // what is missing is said below
 	for range args {
 		names = append(names, "[URI]")
@@ -218,8 +219,8 @@ type bulkJSON struct {
 }
 
 // subscribeMany starts the subscription workflows of many URIs with at most r.parallel
-// starts in flight — with a wait, through the worker in batches (startBatches), whose starts
-// are eager — then (r.wait > 0) waits until each is ACTIVE or failed, reading the
+// starts in flight — with a wait and a window of at most contract.EagerWindowMax, through the
+// worker in batches (startBatches), whose starts are eager — then (r.wait > 0) waits until each is ACTIVE or failed, reading the
 // ledger once per poll for all of them. It prints one line per URI that failed (stderr), a
 // summary (stdout), and returns an error (exit 1) if any failed. Every start is idempotent
 // (launch.Subscription), so running it again after a partial failure is safe.
@@ -253,8 +254,9 @@ func subscribeMany(ctx context.Context, e *runEnv, r bulkRequest) error {
 	results := make([]bulkResult, len(r.items))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	if r.wait > 0 {
-		// A worker answered (awaitWorker): it starts the URIs, eagerly, in batches.
+	if r.wait > 0 && r.window > 0 && r.window <= contract.EagerWindowMax {
+		// A worker answered (awaitWorker): it starts the URIs, eagerly, in batches; the window
+		// bounds how many eager first workflow tasks it holds at once.
 		b := &startBatches{e: e, tc: tc, src: src, r: r, existing: existing, results: results}
 		wg.Go(func() { b.run(ctx, next) })
 	} else {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,15 +160,16 @@ func TestBulkSubscribe(t *testing.T) {
 // worker in batches, so that every subscription workflow is started eagerly (its first event
 // says the server accepted eager execution: its first workflow task went straight to the
 // worker). When no worker runs the batch workflow (an older worker: here a type nobody
-// registered, with a short timeout), the same URIs are started from the CLI, not eagerly, and
-// still all become ACTIVE (issue 16 item 4).
+// registered, with a short timeout), or the start window is above contract.EagerWindowMax, the
+// URIs are started from the CLI, not eagerly, and still all become ACTIVE (issue 16 item 4).
+// A one-URI subscribe is never eager, even from a client a worker polls through.
 func TestBulkSubscribeStartsEagerly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const n = 24
 	uri := func(i int) string { return fmt.Sprintf("demo://items/%02d", i) }
 	items := map[string]string{}
-	for i := range n {
+	for i := range n + 1 {
 		items[uri(i)] = fmt.Sprintf("body %d", i)
 	}
 	stack := bulkStack(ctx, t, "eager", items)
@@ -178,9 +180,9 @@ func TestBulkSubscribeStartsEagerly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cliClient.Close()
-	run := func(uris []string) (string, string, cli.ExitCode) {
+	run := func(uris []string, flags ...string) (string, string, cli.ExitCode) {
 		var out, errb strings.Builder
-		args := append([]string{"subscribe", "eager", "--wait", "60s", "--parallel", "4"}, uris...)
+		args := append(append([]string{"subscribe", "eager", "--wait", "60s", "--parallel", "4"}, flags...), uris...)
 		code := cli.Run(ctx, cli.Env{Stdout: &out, Stderr: &errb, Store: stack.Store, Temporal: cliClient,
 			Config: config.Env{Namespace: stack.Namespace, DatabaseURL: stack.DatabaseURL}}, args)
 		return out.String(), errb.String(), code
@@ -197,11 +199,15 @@ func TestBulkSubscribeStartsEagerly(t *testing.T) {
 	tests := []struct {
 		name      string
 		from, to  int
+		flags     []string
 		batchType string // "" the real one
 		wantEager bool
 	}{
-		{name: "through the worker: eager", from: 0, to: n / 2, wantEager: true},
-		{name: "no worker runs the batch: from the CLI", from: n / 2, to: n, batchType: "NoSuchBatchWorkflow"},
+		{name: "through the worker: eager", from: 0, to: n / 3, wantEager: true},
+		{name: "no worker runs the batch: from the CLI", from: n / 3, to: 2 * n / 3, batchType: "NoSuchBatchWorkflow"},
+		// A window above contract.EagerWindowMax does not bound the eager first tasks enough.
+		{name: "window above the eager bound: from the CLI", from: 2 * n / 3, to: n,
+			flags: []string{"--window", strconv.Itoa(contract.EagerWindowMax + 1)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,7 +218,7 @@ func TestBulkSubscribeStartsEagerly(t *testing.T) {
 			for i := tt.from; i < tt.to; i++ {
 				uris = append(uris, uri(i))
 			}
-			out, errOut, code := run(uris)
+			out, errOut, code := run(uris, tt.flags...)
 			want := fmt.Sprintf("eager default: %d URIs, %d ACTIVE, 0 failed\n", len(uris), len(uris))
 			if got := tookRE.ReplaceAllString(strings.TrimSuffix(out, "\n"), "") + "\n"; code != 0 || got != want {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 0, %q", code, out, errOut, want)
@@ -231,6 +237,14 @@ func TestBulkSubscribeStartsEagerly(t *testing.T) {
 				t.Errorf("started eagerly, want %v: not so for %v", tt.wantEager, got)
 			}
 		})
+	}
+	// One URI through the worker's own client (as the gateway starts): a plain start, since
+	// nothing would bound a burst of such eager starts.
+	if _, err := stack.MustCLI(ctx, "subscribe", "eager", uri(n), "--wait", "60s"); err != nil {
+		t.Fatal(err)
+	}
+	if eager(uri(n)) {
+		t.Errorf("a one-URI subscribe through the worker's client started eagerly")
 	}
 }
 

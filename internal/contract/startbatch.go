@@ -8,7 +8,8 @@ import "time"
 // workflow's first workflow task back in the start's answer, to that worker, instead of
 // dispatching it through the task queue — which a CLI process, polling no task queue, cannot
 // ask for. Each start is the one launch.Subscription makes (idempotent, conflict policy
-// USE_EXISTING); no fence or ledger transition is part of it.
+// USE_EXISTING); no fence or ledger transition is part of it. Only a bulk subscribe whose start
+// window is at most EagerWindowMax uses it.
 const StartBatchWorkflowName = "StartBatchWorkflow"
 
 // ActStartSubscriptions starts the subscription workflows of a StartBatchInput on the worker
@@ -22,6 +23,13 @@ const (
 	StartBatchMax      = 100
 	StartBatchMaxBytes = 128 << 10
 )
+
+// EagerWindowMax is the largest start window (subscriptions started and not yet ACTIVE) with
+// which a bulk subscribe hands its starts to the worker: an eager first workflow task is
+// started, and its timeout runs, from the moment the workflow is created, so the window is
+// what bounds how many of them the worker holds at once. At 200 none timed out on 2 cores; a
+// burst of 1,000 timed half of them out. A larger window, or none, starts from the CLI.
+const EagerWindowMax = 200
 
 // StartBatchTimeout bounds one batch workflow: a worker that does not know the workflow type
 // (an older binary) never completes it, and the caller then starts the batch's URIs itself.

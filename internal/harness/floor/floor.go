@@ -240,7 +240,6 @@ func RunWithOptions(ctx context.Context, c client.Client, taskQueue string, n in
 		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: id, TaskQueue: taskQueue,
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-			EnableEagerStart:         true, // as launch.Subscription starts from a worker's client
 		}, WorkflowName, input{Ready: -int64(i + 1)})
 		if err != nil {
 			return fmt.Errorf("floor: start %s: %w", id, err)
@@ -397,9 +396,9 @@ type StartResult struct {
 // activity in its first workflow task and then waits for signals, as a subscription workflow starts with its first read and then
 // waits. It returns when every entity is up, or at opts.Deadline with how many were. The
 // entities are left running: the caller measures on a server it discards afterwards. Nothing
-// in it touches Postgres or MCP. Each start asks for eager execution, as a subscription's
-// start from a worker does (launch.Subscription): c must be the client the entities' worker is
-// built with, which Starts does.
+// in it touches Postgres or MCP. Each start asks for eager execution, as a bulk subscribe's
+// starts from the worker do (launch.SubscriptionEager, within the same window): c must be the
+// client the entities' worker is built with, which Starts does.
 func Starts(ctx context.Context, c client.Client, taskQueue string, n int, opts StartOptions) (StartResult, error) {
 	if n <= 0 {
 		return StartResult{}, fmt.Errorf("floor: n (%d) must be positive", n)
@@ -436,7 +435,7 @@ func Starts(ctx context.Context, c client.Client, taskQueue string, n int, opts 
 		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: fmt.Sprintf("%s%05d", prefix, i), TaskQueue: taskQueue,
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-			EnableEagerStart:         true, // as launch.Subscription starts from a worker's client
+			EnableEagerStart:         true, // as a bulk subscribe's batches start (launch.SubscriptionEager)
 		}, WorkflowName, input{Ready: -int64(i + 1)})
 		if err != nil {
 			return fmt.Errorf("floor: start %d: %w", i, err)
