@@ -12,18 +12,12 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/workflows"
 )
 
 // replayed are the workflow functions by registered type name, as the worker registers them.
 // Every type needs at least one recorded history.
-var replayed = map[string]any{
-	contract.SubscriptionWorkflowName:  workflows.SubscriptionWorkflow,
-	contract.SourceWorkflowName:        workflows.SourceWorkflow,
-	contract.DiscoveryScanWorkflowName: workflows.DiscoveryScanWorkflow,
-	contract.StartBatchWorkflowName:    workflows.StartBatchWorkflow,
-}
+var replayed = workflows.ByType
 
 // Histories recorded from real runs on a real Temporal server, PostgreSQL ledger and MCP
 // server (go test -count=1 ./internal/harness/e2e -run TestHistoriesReplay -record-histories,

@@ -35,7 +35,8 @@ var (
 // waits): it starts the items sent on next in batches through the worker, and each item whose
 // subscription was CLOSED before (its closing run must end first) or that no batch could start
 // (the worker does not know the batch workflow, or it failed) from this process as before.
-// Every start is launch.Subscription's, idempotent, so an item started twice is started once.
+// Every start is idempotent (launch.Subscription, launch.SubscriptionEager: conflict policy
+// USE_EXISTING), so an item started twice is started once.
 type startBatches struct {
 	e        *runEnv
 	tc       client.Client
@@ -52,9 +53,7 @@ type startBatches struct {
 func (b *startBatches) run(ctx context.Context, next <-chan int) {
 	var wg sync.WaitGroup
 	for range bulkBatchers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			carry := -1
 			for {
 				batch, more := b.collect(next, &carry)
@@ -65,7 +64,7 @@ func (b *startBatches) run(ctx context.Context, next <-chan int) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
@@ -143,9 +142,7 @@ func (b *startBatches) start(ctx context.Context, batch []int) {
 		return
 	}
 	for k, i := range sent {
-		res := bulkResult{wfID: contract.SubscriptionWorkflowID(b.r.principal, b.src.Name, b.r.items[i].norm)}
-		_, found := b.existing[b.r.items[i].norm]
-		res.isNew = !found
+		res := pendingResult(b.r, b.src.Name, b.r.items[i], b.existing)
 		switch {
 		case err != nil:
 			res.startErr = err

@@ -220,8 +220,8 @@ type bulkJSON struct {
 
 // subscribeMany starts the subscription workflows of many URIs with at most r.parallel
 // starts in flight — with a wait and a window of at most contract.EagerWindowMax, through the
-// worker in batches (startBatches), whose starts are eager — then (r.wait > 0) waits until each is ACTIVE or failed, reading the
-// ledger once per poll for all of them. It prints one line per URI that failed (stderr), a
+// worker in batches (startBatches), whose starts are eager — then (r.wait > 0) waits until
+// each is ACTIVE or failed, reading the ledger once per poll for all of them. It prints one line per URI that failed (stderr), a
 // summary (stdout), and returns an error (exit 1) if any failed. Every start is idempotent
 // (launch.Subscription), so running it again after a partial failure is safe.
 func subscribeMany(ctx context.Context, e *runEnv, r bulkRequest) error {
@@ -309,12 +309,21 @@ func subscriptionsByURI(ctx context.Context, st *ledger.Store, source, principal
 	return m, nil
 }
 
-func startOne(ctx context.Context, e *runEnv, tc client.Client, src ledger.Source, r bulkRequest, it bulkItem, existing map[string]ledger.Subscription) bulkResult {
-	res := bulkResult{wfID: contract.SubscriptionWorkflowID(r.principal, src.Name, it.norm)}
+// pendingResult is item it's result before its start: its workflow ID, whether it had no
+// subscription row, and the generation of a CLOSED row (0 for any other).
+func pendingResult(r bulkRequest, source string, it bulkItem, existing map[string]ledger.Subscription) bulkResult {
+	res := bulkResult{wfID: contract.SubscriptionWorkflowID(r.principal, source, it.norm)}
 	prev, ok := existing[it.norm]
 	res.isNew = !ok
 	if ok && prev.State == mcpsync.StateClosed {
 		res.closedGen = prev.Generation
+	}
+	return res
+}
+
+func startOne(ctx context.Context, e *runEnv, tc client.Client, src ledger.Source, r bulkRequest, it bulkItem, existing map[string]ledger.Subscription) bulkResult {
+	res := pendingResult(r, src.Name, it, existing)
+	if prev, ok := existing[it.norm]; ok && prev.State == mcpsync.StateClosed {
 		if err := awaitEndedRun(ctx, tc, res.wfID, r.wait); err != nil {
 			res.startErr = err
 			return res

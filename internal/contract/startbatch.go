@@ -7,7 +7,7 @@ import "time"
 // from a worker's own Temporal client, so that each start is eager — the server hands the new
 // workflow's first workflow task back in the start's answer, to that worker, instead of
 // dispatching it through the task queue — which a CLI process, polling no task queue, cannot
-// ask for. Each start is the one launch.Subscription makes (idempotent, conflict policy
+// ask for. Each start is launch.SubscriptionEager's (idempotent, conflict policy
 // USE_EXISTING); no fence or ledger transition is part of it. Only a bulk subscribe whose start
 // window is at most EagerWindowMax uses it.
 const StartBatchWorkflowName = "StartBatchWorkflow"

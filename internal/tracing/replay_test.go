@@ -10,7 +10,6 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/tracing"
 	"github.com/mcpsync/mcpsync/workflows"
 )
@@ -29,12 +28,7 @@ func TestRecordedHistoriesReplayWithTracing(t *testing.T) {
 	for _, ic := range ics {
 		wics = append(wics, ic)
 	}
-	fns := map[string]any{
-		contract.SubscriptionWorkflowName:  workflows.SubscriptionWorkflow,
-		contract.SourceWorkflowName:        workflows.SourceWorkflow,
-		contract.DiscoveryScanWorkflowName: workflows.DiscoveryScanWorkflow,
-		contract.StartBatchWorkflowName:    workflows.StartBatchWorkflow,
-	}
+	fns := workflows.ByType
 	files, err := filepath.Glob(filepath.Join("..", "..", "workflows", "testdata", "histories", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no recorded histories: %v", err)

@@ -159,10 +159,9 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	w.Host = mcphost.New(hopts)
 
 	main := worker.New(w.Client, contract.TaskQueue, w.trace.options(workerOptions))
-	main.RegisterWorkflowWithOptions(workflows.SubscriptionWorkflow, workflow.RegisterOptions{Name: contract.SubscriptionWorkflowName})
-	main.RegisterWorkflowWithOptions(workflows.SourceWorkflow, workflow.RegisterOptions{Name: contract.SourceWorkflowName})
-	main.RegisterWorkflowWithOptions(workflows.DiscoveryScanWorkflow, workflow.RegisterOptions{Name: contract.DiscoveryScanWorkflowName})
-	main.RegisterWorkflowWithOptions(workflows.StartBatchWorkflow, workflow.RegisterOptions{Name: contract.StartBatchWorkflowName})
+	for name, fn := range workflows.ByType {
+		main.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
+	}
 	led := &activities.Ledger{Store: w.Store, Metrics: w.obs.metrics()}
 	led.Register(main)
 	// One Session value on both queues: MCPRead joins the reads the fast path handed off.

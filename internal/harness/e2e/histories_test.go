@@ -31,7 +31,8 @@ import (
 //	go test -count=1 ./internal/harness/e2e -run TestHistoriesReplay -record-histories
 //
 // records every scenario; -run 'TestHistoriesReplay$' (subscriptions) or -run
-// TestHistoriesReplayDiscovery (sources and discovery scans) records one. Each scenario
+// TestHistoriesReplayDiscovery (sources and discovery scans) or -run
+// TestHistoriesReplayStartBatch (a bulk subscribe's batch) records one. Each scenario
 // replaces only the files of the prefixes it records.
 var recordHistories = flag.Bool("record-histories", false,
 	"write the histories of this test's workflows to workflows/testdata/histories, for the replay test")
@@ -45,12 +46,7 @@ const maxHistoryBytes = 300 << 10
 
 // workflowFuncs are the workflow functions by registered type name, as the worker registers
 // them.
-var workflowFuncs = map[string]any{
-	contract.SubscriptionWorkflowName:  workflows.SubscriptionWorkflow,
-	contract.SourceWorkflowName:        workflows.SourceWorkflow,
-	contract.DiscoveryScanWorkflowName: workflows.DiscoveryScanWorkflow,
-	contract.StartBatchWorkflowName:    workflows.StartBatchWorkflow,
-}
+var workflowFuncs = workflows.ByType
 
 // Runs subscriptions through their main paths on a real server (notifications, a lost
 // unsubscribe acknowledgement, continue-as-new), then replays every history with the current
@@ -83,17 +79,6 @@ func TestHistoriesReplay(t *testing.T) {
 	}
 }
 
-// Runs a source's discovery on a real server and replays every history with the current
-// workflow code:
-//   - the first scan's rounds A and B agree and it publishes a SNAPSHOT_UNPROVEN catalog
-//     (R6, R7); the SourceWorkflow then continues as new (the server suggests it early);
-//   - a new resource's list_changed signals the source, which invalidates its catalogs (R3)
-//     and runs a second scan; a resource created behind the cursor of that scan's round A,
-//     with its own list_changed lost, makes rounds A and B disagree, so the scan waits, runs
-//     round C and publishes from B and C; the source continues as new again.
-//
-// With -record-histories the closed executions' histories are written where the workflows
-// package's replay test reads them (source-NN-<status>.json, discoveryscan-NN-<status>.json).
 // A bulk subscribe's batch of starts (StartBatchWorkflow) on a real server replays; with
 // -record-histories it is written as start-batch-NN-<status>.json.
 func TestHistoriesReplayStartBatch(t *testing.T) {
@@ -106,6 +91,17 @@ func TestHistoriesReplayStartBatch(t *testing.T) {
 	}
 }
 
+// Runs a source's discovery on a real server and replays every history with the current
+// workflow code:
+//   - the first scan's rounds A and B agree and it publishes a SNAPSHOT_UNPROVEN catalog
+//     (R6, R7); the SourceWorkflow then continues as new (the server suggests it early);
+//   - a new resource's list_changed signals the source, which invalidates its catalogs (R3)
+//     and runs a second scan; a resource created behind the cursor of that scan's round A,
+//     with its own list_changed lost, makes rounds A and B disagree, so the scan waits, runs
+//     round C and publishes from B and C; the source continues as new again.
+//
+// With -record-histories the closed executions' histories are written where the workflows
+// package's replay test reads them (source-NN-<status>.json, discoveryscan-NN-<status>.json).
 func TestHistoriesReplayDiscovery(t *testing.T) {
 	s := newStack(t, suggestContinueAsNewAt(10))
 	srv := chaosServer(t, 2, 3, chaosmcp.DefaultCapabilities)
