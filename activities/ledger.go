@@ -7,6 +7,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -86,10 +87,31 @@ func (a *Ledger) EnsureSubscription(ctx context.Context, in contract.EnsureInput
 	s, err := a.Store.EnsureSubscription(ctx, ledger.EnsureSpec{
 		Principal: in.Principal, SourceID: in.SourceID, URI: in.URI, ServerURI: in.ServerURI, WorkflowID: in.WorkflowID,
 	})
+	if errors.Is(err, ledger.ErrNoGrant) {
+		return contract.SubscriptionRef{}, a.noGrant(ctx, in, err)
+	}
 	if err != nil {
 		return contract.SubscriptionRef{}, permanent(err)
 	}
 	return ref(s), nil
+}
+
+// noGrant is EnsureSubscription's answer when the principal holds no standing grant: a
+// non-retryable error of type contract.ErrTypeNoGrant, carrying the subscription's row when it
+// is open all the same, so that the workflow closes it (R23, R18) rather than leave it open with
+// no workflow. A failed look-up is returned as is, for the whole call to be retried.
+func (a *Ledger) noGrant(ctx context.Context, in contract.EnsureInput, err error) error {
+	s, lerr := a.Store.SubscriptionOf(ctx, in.Principal, in.SourceID, in.URI)
+	switch {
+	case errors.Is(lerr, ledger.ErrNotFound):
+		return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypeNoGrant, err)
+	case lerr != nil:
+		return fmt.Errorf("%w (looking up the open subscription: %w)", err, lerr)
+	case s.State == mcpsync.StateClosed || s.WorkflowID != in.WorkflowID:
+		// Closed, or another workflow's: nothing for this one to close.
+		return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypeNoGrant, err)
+	}
+	return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypeNoGrant, err, ref(s))
 }
 
 // SubscriptionState returns the ledger's view of a subscription.

@@ -2,11 +2,13 @@ package workflows_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.temporal.io/sdk/activity"
 
 	"github.com/mcpsync/mcpsync"
@@ -135,5 +137,114 @@ func TestRevokedOutcomeClosesWithoutSignal(t *testing.T) {
 				t.Errorf("receipts %v, want one REVOKED", k)
 			}
 		})
+	}
+}
+
+// A run that finds its subscription's ledger row open while the principal holds no standing
+// grant (R23) — `mcpsync reconcile` restarting a workflow that ended before its grant was
+// revoked, or a first workflow task lost after its ledger transitions committed and retried
+// after the revocation — closes the row through the close fence with the revoke reason, on
+// the session it lives on, and never subscribes or reads. Without an open row of its own it
+// fails as before: there is nothing to close, and nothing opens without a grant.
+func TestUngrantedOpenSubscriptionCloses(t *testing.T) {
+	tests := []struct {
+		name string
+		// before brings the row to the state the ended run left it in; nil: no row.
+		before           func(t *testing.T, h *harness)
+		wantErr          bool
+		wantState        mcpsync.State
+		wantUnsubscribes int
+		wantReasonPrefix string
+	}{
+		{name: "active on the live session", before: endedActive, wantState: mcpsync.StateClosed, wantUnsubscribes: 1,
+			wantReasonPrefix: "revoked: no standing grant"},
+		{name: "past the close fence already", before: func(t *testing.T, h *harness) {
+			endedActive(t, h)
+			s := h.sub()
+			if _, err := h.st.BeginUnsubscribe(h.ctx, s.ID, s.Generation, "unsubscribed"); err != nil {
+				t.Fatal(err)
+			}
+		}, wantState: mcpsync.StateClosed, wantUnsubscribes: 1, wantReasonPrefix: "unsubscribed"},
+		{name: "never subscribed", before: func(t *testing.T, h *harness) {
+			if _, err := h.st.EnsureSubscription(h.ctx, ledger.EnsureSpec{Principal: "default", SourceID: h.src.ID, URI: uri,
+				ServerURI: uri, WorkflowID: "default-test-workflow-id"}); err != nil {
+				t.Fatal(err)
+			}
+		}, wantState: mcpsync.StateClosed, wantUnsubscribes: 0, wantReasonPrefix: "revoked: no standing grant"},
+		{name: "no row", wantErr: true},
+		{name: "closed row", before: func(t *testing.T, h *harness) {
+			endedActive(t, h)
+			s := h.sub()
+			cr, err := h.st.BeginUnsubscribe(h.ctx, s.ID, s.Generation, "unsubscribed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.st.CompleteUnsubscribe(h.ctx, s.ID, s.Generation, cr.CloseEpoch); err != nil {
+				t.Fatal(err)
+			}
+			if s := h.sub(); s.State != mcpsync.StateClosed {
+				t.Fatalf("set-up: %s, want CLOSED", s.State)
+			}
+		}, wantErr: true, wantState: mcpsync.StateClosed, wantReasonPrefix: "unsubscribed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			if tt.before != nil {
+				tt.before(t, h)
+			}
+			var before ledger.Subscription
+			if tt.before != nil {
+				before = h.sub()
+			}
+			if _, err := h.st.Revoke(h.ctx, ledger.RevokeRequest{Principal: "default", SourceID: h.src.ID, Reason: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			h = h.fresh()
+			h.mcp.mu.Lock()
+			subscribes, reads, unsubscribes := len(h.mcp.subscribes), len(h.mcp.reads), len(h.mcp.unsubscribes)
+			h.mcp.mu.Unlock()
+			h.at(time.Hour, h.env.CancelWorkflow) // a run that neither closes nor fails
+			h.env.ExecuteWorkflow(contract.SubscriptionWorkflowName, h.input())
+			if !h.env.IsWorkflowCompleted() {
+				t.Fatal("workflow did not complete")
+			}
+			err := h.env.GetWorkflowError()
+			if tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "no standing grant") {
+					t.Errorf("workflow error %v, want the refusal for want of a grant", err)
+				}
+			} else if err != nil {
+				t.Fatalf("workflow error: %v", err)
+			}
+			h.mcp.mu.Lock()
+			got := [3]int{len(h.mcp.subscribes) - subscribes, len(h.mcp.reads) - reads, len(h.mcp.unsubscribes) - unsubscribes}
+			h.mcp.mu.Unlock()
+			if diff := cmp.Diff([3]int{0, 0, tt.wantUnsubscribes}, got); diff != "" {
+				t.Errorf("MCP subscribes, reads, unsubscribes of the run (-want +got):\n%s", diff)
+			}
+			if tt.before == nil {
+				if _, err := h.st.SubscriptionByKey(h.ctx, "default", "demo", uri); !errors.Is(err, ledger.ErrNotFound) {
+					t.Errorf("subscription after a refused run: %v, want none", err)
+				}
+				return
+			}
+			after := h.sub()
+			if after.State != tt.wantState || !strings.HasPrefix(after.StateReason, tt.wantReasonPrefix) || after.Generation != before.Generation {
+				t.Errorf("ledger %s %q generation %d, want %s %q… generation %d", after.State, after.StateReason, after.Generation,
+					tt.wantState, tt.wantReasonPrefix, before.Generation)
+			}
+		})
+	}
+}
+
+// endedActive leaves the harness's subscription ACTIVE with a first version and no workflow
+// (the run is cancelled, which closes nothing).
+func endedActive(t *testing.T, h *harness) {
+	t.Helper()
+	h.at(time.Minute, h.env.CancelWorkflow)
+	h.env.ExecuteWorkflow(contract.SubscriptionWorkflowName, h.input())
+	if s := h.sub(); s.State != mcpsync.StateActive || s.LastAcceptedOrdinal == 0 {
+		t.Fatalf("set-up: %s, accepted ordinal %d, want ACTIVE with a version", s.State, s.LastAcceptedOrdinal)
 	}
 }

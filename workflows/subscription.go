@@ -128,14 +128,23 @@ func SubscriptionWorkflow(ctx workflow.Context, in contract.SubscriptionInput) (
 	}
 	if in.State == nil {
 		var ref contract.SubscriptionRef
-		if err := w.local(contract.ActEnsureSubscription, contract.EnsureInput{
+		err := w.local(contract.ActEnsureSubscription, contract.EnsureInput{
 			Principal: in.Principal, SourceID: in.SourceID, URI: in.URI, ServerURI: in.ServerURI, WorkflowID: w.wfID,
-		}, &ref); err != nil {
-			return w.view(), fmt.Errorf("ensure subscription: %w", err)
+		}, &ref)
+		ungranted := false
+		if err != nil {
+			var open bool
+			if ref, open = openWithoutGrant(err); !open || !patched(ctx, versionCloseUngranted) {
+				return w.view(), fmt.Errorf("ensure subscription: %w", err)
+			}
+			ungranted = true
 		}
 		w.st.SubscriptionID, w.st.Generation = ref.ID, ref.Generation
 		w.st.LastAcceptedOrdinal, w.st.LastAcceptedDigest = ref.LastAcceptedOrdinal, ref.LastAcceptedDigest
-		if ref.State != mcpsync.StateDiscovered {
+		switch {
+		case ungranted:
+			w.closeUngranted(ref)
+		case ref.State != mcpsync.StateDiscovered:
 			w.resume(ref)
 		}
 	}
@@ -154,23 +163,69 @@ func (w *subscription) resume(ref contract.SubscriptionRef) {
 	switch ref.State {
 	case mcpsync.StateUnsubscribing, mcpsync.StateUnsubscribeUnknown:
 		w.adopt(ref.State)
-		var sess contract.SessionInfo
-		err := w.local(contract.ActCurrentSession, w.in.SourceID, &sess)
-		if err == nil && sess.Live && sess.Generation == ref.SessionGeneration {
-			w.st.HostQueue, w.st.CanSubscribe = sess.HostQueue, sess.CanSubscribe
-		} else {
-			// That session is gone, or cannot be looked up: nothing to unsubscribe from; the
-			// ledger closes the subscription when the session's end is recorded (R20).
-			if err != nil {
-				w.log.Warn("looking up the session failed; closing without unsubscribe", "error", err)
-			}
-			w.st.SessionGeneration = 0
-		}
+		w.bindClosingSession()
 	default:
 		w.markReconciliationRequired(w.st.Reason)
 		w.apply(fsm.IdentityUnknown)
 		w.nextReason = mcpsync.ReasonReconcile
 	}
+}
+
+// bindClosingSession prepares the unsubscribe of a subscription this run took over to close:
+// on the session its row names (st.SessionGeneration) when that is still the source's live
+// one, otherwise none.
+func (w *subscription) bindClosingSession() {
+	var sess contract.SessionInfo
+	err := w.local(contract.ActCurrentSession, w.in.SourceID, &sess)
+	if err == nil && sess.Live && sess.Generation == w.st.SessionGeneration {
+		w.st.HostQueue, w.st.CanSubscribe = sess.HostQueue, sess.CanSubscribe
+		return
+	}
+	// That session is gone, or cannot be looked up: nothing to unsubscribe from; the ledger
+	// closes the subscription when the session's end is recorded (R20).
+	if err != nil {
+		w.log.Warn("looking up the session failed; closing without unsubscribe", "error", err)
+	}
+	w.st.SessionGeneration = 0
+}
+
+// versionCloseUngranted marks the runs that close a subscription whose ledger row they find
+// open while its principal holds no standing grant, instead of failing and leaving the row
+// open with no workflow (a run restarted by `mcpsync reconcile` after its grant was revoked,
+// or a first workflow task lost after its ledger transitions committed and retried after the
+// revocation).
+const versionCloseUngranted = "close-ungranted"
+
+// openWithoutGrant reports whether err is EnsureSubscription's refusal for want of a standing
+// grant (R23) that carries the subscription's open row, and returns that row.
+func openWithoutGrant(err error) (contract.SubscriptionRef, bool) {
+	var appErr *temporal.ApplicationError
+	var ref contract.SubscriptionRef
+	if !errors.As(err, &appErr) || appErr.Type() != contract.ErrTypeNoGrant || !appErr.HasDetails() {
+		return ref, false
+	}
+	if appErr.Details(&ref) != nil || ref.ID == 0 {
+		return ref, false
+	}
+	return ref, true
+}
+
+// closeUngranted takes over an open row whose principal holds no standing grant and closes it
+// as a revocation does (R23, R18): a row closing already goes on closing, any other passes the
+// close fence with the revoke reason, then unsubscribes on the session it lives on if that is
+// still live. The run never subscribes or reads. Its search attributes are upserted first: a
+// command before any local activity, so that replaying a history of the old branch (the run
+// failed right after the refusal) with this one fails, as a change of commands must.
+func (w *subscription) closeUngranted(ref contract.SubscriptionRef) {
+	w.upsertSearch()
+	if ref.State == mcpsync.StateUnsubscribing || ref.State == mcpsync.StateUnsubscribeUnknown {
+		w.resume(ref)
+		return
+	}
+	w.st.SessionGeneration, w.st.CloseEpoch = ref.SessionGeneration, ref.CloseEpoch
+	w.bindClosingSession()
+	w.st.PendingUnsubscribe = reasonf(nil, "%s: no standing grant (workflow restarted over subscription in %s)", closeRevoked, ref.State)
+	w.st.Reason = w.st.PendingUnsubscribe
 }
 
 func (w *subscription) run() (contract.StateView, error) {

@@ -67,6 +67,14 @@ var patchHistories = map[string]struct{ pre, post []string }{
 		pre:  []string{"discoveryscan-00-Completed.json", "discoveryscan-01-Completed.json"},
 		post: []string{"round-pair-v1-00-Completed.json"},
 	},
+	// Recorded by internal/harness/e2e TestHistoriesCloseUngranted: -pre-patch with the
+	// workflows of 5bdacd4 and the current activities (whose refusal for want of a grant
+	// carries the open row; the old run fails all the same and leaves the row ACTIVE), and on
+	// the current code (the restarted run closes the row through the close fence).
+	"close-ungranted": {
+		pre:  []string{"close-ungranted-v0-00-Failed.json"},
+		post: []string{"close-ungranted-v1-00-Completed.json"},
+	},
 }
 
 // distinguishing are the pre-patch histories that the new branch of their patch cannot replay:
@@ -78,6 +86,7 @@ var distinguishing = map[string]string{
 	"local-read":                "cover-after-read-v1-00-Completed.json",
 	"local-subscribe":           "local-read-v1-00-Completed.json",
 	"round-pair":                "discoveryscan-00-Completed.json",
+	"close-ungranted":           "close-ungranted-v0-00-Failed.json",
 }
 
 // Issue 17 part 5: every patch has a history recorded before it, which carries no marker of

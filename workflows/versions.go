@@ -18,6 +18,7 @@ var patches = []string{
 	versionLocalRead,              // issue 16 item 2, SubscriptionWorkflow
 	versionLocalSubscribe,         // issue 16 item 4, SubscriptionWorkflow
 	versionRoundPair,              // issue 16 item 5, DiscoveryScanWorkflow
+	versionCloseUngranted,         // issue 16 (seen and mended), SubscriptionWorkflow
 }
 
 // unguardedPatches, set only by tests, makes every patch take its new branch without a

@@ -68,6 +68,12 @@ const (
 	// missing row (ErrNotFound) or a principal without a standing grant (ErrNoGrant). Ledger
 	// refusals are outcomes in the activities' results, never errors of this type.
 	ErrTypePermanent = "PermanentMCPError"
+	// ErrTypeNoGrant: EnsureSubscription found no standing grant of the principal on the
+	// source (R23), so it opens nothing. When the subscription's ledger row is open all the
+	// same (its workflow ended, or lost a workflow task, before or while the grant was revoked)
+	// the error's details are that row's SubscriptionRef, for the workflow to close it
+	// through the close fence.
+	ErrTypeNoGrant = "NoStandingGrant"
 )
 
 // Search attributes kept current by SubscriptionWorkflow, so the Temporal UI finds any

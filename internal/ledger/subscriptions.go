@@ -113,14 +113,20 @@ type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// subscriptionByID reads one subscription with its source's name through q, or ErrNotFound.
-func subscriptionByID(ctx context.Context, q rowQuerier, id int64) (Subscription, error) {
+// subscriptionWhere reads the one subscription, with its source's name, that cond (over s, the
+// subscription, and so, its source) selects through q, or ErrNotFound naming it as what.
+func subscriptionWhere(ctx context.Context, q rowQuerier, what, cond string, args ...any) (Subscription, error) {
 	x, err := scanSubscription(q.QueryRow(ctx, `SELECT `+subscriptionColumns+`
-		FROM subscriptions s JOIN sources so ON so.id = s.source_id WHERE s.id = $1`, id))
+		FROM subscriptions s JOIN sources so ON so.id = s.source_id WHERE `+cond, args...))
 	if err != nil {
-		return Subscription{}, notFound(err, fmt.Sprintf("ledger: subscription %d", id))
+		return Subscription{}, notFound(err, "ledger: subscription "+what)
 	}
 	return x, nil
+}
+
+// subscriptionByID reads one subscription with its source's name through q, or ErrNotFound.
+func subscriptionByID(ctx context.Context, q rowQuerier, id int64) (Subscription, error) {
+	return subscriptionWhere(ctx, q, fmt.Sprint(id), `s.id = $1`, id)
 }
 
 // SubscriptionByID returns one subscription, or ErrNotFound.
@@ -131,13 +137,15 @@ func (s *Store) SubscriptionByID(ctx context.Context, id int64) (Subscription, e
 // SubscriptionByKey returns the subscription of (principal, source name, normalized URI), or
 // ErrNotFound.
 func (s *Store) SubscriptionByKey(ctx context.Context, principal, source, uri string) (Subscription, error) {
-	x, err := scanSubscription(s.pool.QueryRow(ctx, `SELECT `+subscriptionColumns+`
-		FROM subscriptions s JOIN sources so ON so.id = s.source_id
-		WHERE s.principal = $1 AND so.name = $2 AND s.uri = $3`, principal, source, uri))
-	if err != nil {
-		return Subscription{}, notFound(err, fmt.Sprintf("ledger: subscription %s %s %s", principal, source, uri))
-	}
-	return x, nil
+	return subscriptionWhere(ctx, s.pool, fmt.Sprintf("%s %s %s", principal, source, uri),
+		`s.principal = $1 AND so.name = $2 AND s.uri = $3`, principal, source, uri)
+}
+
+// SubscriptionOf returns the subscription of (principal, source ID, normalized URI) in any
+// state, or ErrNotFound.
+func (s *Store) SubscriptionOf(ctx context.Context, principal string, sourceID int64, uri string) (Subscription, error) {
+	return subscriptionWhere(ctx, s.pool, fmt.Sprintf("%s %d %s", principal, sourceID, uri),
+		`s.principal = $1 AND s.source_id = $2 AND s.uri = $3`, principal, sourceID, uri)
 }
 
 // SubscriptionFilter narrows ListSubscriptions; zero fields match everything.

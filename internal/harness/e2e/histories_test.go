@@ -220,7 +220,7 @@ func (s *stack) executions() []*workflowpb.WorkflowExecutionInfo {
 // current workflow code, each with the function of its own type registered, and fails the
 // test for any that does not replay or has an unknown type. It returns the number of
 // executions of each type. With -record-histories, the history of every closed execution
-// whose type is a key of record is written to historyDir as <prefix>-NN-<status>.json (NN
+// whose type is a key of record (and that s.skipRecording does not name) is written to historyDir as <prefix>-NN-<status>.json (NN
 // counts that prefix's closed executions in start order), after removing that prefix's earlier
 // files.
 func (s *stack) replayHistories(record map[string]string) map[string]int {
@@ -268,7 +268,8 @@ func (s *stack) replayHistories(record map[string]string) map[string]int {
 			t.Errorf("replaying %s %s/%s: %v", typ, id, run, err)
 		}
 		prefix, ok := record[typ]
-		if !*recordHistories || !ok || ex.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if !*recordHistories || !ok || ex.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING ||
+			(s.skipRecording != nil && s.skipRecording(ex)) {
 			continue
 		}
 		b, err := protojson.MarshalOptions{Indent: " "}.Marshal(hist)

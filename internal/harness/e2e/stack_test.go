@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/temporal"
@@ -54,6 +55,10 @@ type stack struct {
 
 	mu      sync.Mutex
 	workers []*workerapp.Worker
+
+	// skipRecording, when set, names the closed executions replayHistories replays but does not
+	// record (a run a scenario only needs to have ended).
+	skipRecording func(*workflowpb.WorkflowExecutionInfo) bool
 }
 
 // stackConfig is what stack options tune.
