@@ -125,25 +125,20 @@ func (a *Ledger) SubscriptionState(ctx context.Context, id int64) (contract.Subs
 
 // CurrentSession reports the source's live session, or Live=false when it has none.
 func (a *Ledger) CurrentSession(ctx context.Context, sourceID int64) (contract.SessionInfo, error) {
-	s, err := a.Store.CurrentSession(ctx, sourceID)
+	// With the source's periods as they are now, so that a `source update` reaches running
+	// subscriptions when they establish themselves on the next session.
+	s, err := a.Store.CurrentSessionAndPeriods(ctx, sourceID)
 	if errors.Is(err, ledger.ErrNoSession) {
 		return contract.SessionInfo{}, nil
 	}
 	if err != nil {
 		return contract.SessionInfo{}, err
 	}
-	info := contract.SessionInfo{
+	return contract.SessionInfo{
 		Live: true, Generation: s.Generation, HostQueue: s.HostQueue, CanSubscribe: s.Caps.Subscribe,
 		ListChanged: s.Caps.ListChanged, SnapshotIDs: s.Caps.SnapshotIDs,
-	}
-	// The source's periods as they are now, so that a `source update` reaches running
-	// subscriptions when they establish themselves on the next session.
-	src, err := a.Store.SourceByID(ctx, sourceID)
-	if err != nil {
-		return contract.SessionInfo{}, err
-	}
-	info.BackstopSeconds, info.PollSeconds, info.DefinitionVersion = src.BackstopSeconds, src.PollSeconds, src.DefinitionVersion
-	return info, nil
+		BackstopSeconds: s.BackstopSeconds, PollSeconds: s.PollSeconds, DefinitionVersion: s.DefinitionVersion,
+	}, nil
 }
 
 func transition(r ledger.TransitionResult, err error) (contract.TransitionOutput, error) {

@@ -205,26 +205,44 @@ func (s *Store) CloseSession(ctx context.Context, sourceID, generation int64, re
 
 // CurrentSession returns the source's newest session if it is still live, or ErrNoSession.
 func (s *Store) CurrentSession(ctx context.Context, sourceID int64) (Session, error) {
-	var sess Session
+	sp, err := s.CurrentSessionAndPeriods(ctx, sourceID)
+	return sp.Session, err
+}
+
+// SessionAndPeriods is a source's live session with the source's refresh periods and
+// definition version as they are when it is read.
+type SessionAndPeriods struct {
+	Session
+	BackstopSeconds, PollSeconds int
+	DefinitionVersion            int64
+}
+
+// CurrentSessionAndPeriods is CurrentSession with the source's periods and definition version,
+// read by the same statement (a subscription establishing itself needs both: one round trip).
+func (s *Store) CurrentSessionAndPeriods(ctx context.Context, sourceID int64) (SessionAndPeriods, error) {
+	var sp SessionAndPeriods
+	sess := &sp.Session
 	var raw []byte
 	err := s.pool.QueryRow(ctx, `SELECT se.source_id, se.generation, se.host_queue,
 			se.protocol_version, se.cap_resources, se.cap_subscribe, se.cap_list_changed,
 			se.cap_snapshot_ids, se.server_name, se.server_version, se.capabilities,
-			se.started_at, se.ended_at, coalesce(se.end_reason, '')
+			se.started_at, se.ended_at, coalesce(se.end_reason, ''),
+			so.backstop_seconds, so.poll_seconds, so.definition_version
 		FROM sources so JOIN sessions se ON se.source_id = so.id AND se.generation = so.current_generation
 		WHERE so.id = $1`, sourceID).Scan(&sess.SourceID, &sess.Generation, &sess.HostQueue,
 		&sess.Caps.ProtocolVersion, &sess.Caps.Resources, &sess.Caps.Subscribe,
 		&sess.Caps.ListChanged, &sess.Caps.SnapshotIDs, &sess.Caps.ServerName,
-		&sess.Caps.ServerVersion, &raw, &sess.StartedAt, &sess.EndedAt, &sess.EndReason)
+		&sess.Caps.ServerVersion, &raw, &sess.StartedAt, &sess.EndedAt, &sess.EndReason,
+		&sp.BackstopSeconds, &sp.PollSeconds, &sp.DefinitionVersion)
 	if err == pgx.ErrNoRows {
-		return Session{}, fmt.Errorf("ledger: source %d: %w", sourceID, ErrNoSession)
+		return SessionAndPeriods{}, fmt.Errorf("ledger: source %d: %w", sourceID, ErrNoSession)
 	}
 	if err != nil {
-		return Session{}, fmt.Errorf("ledger: current session of source %d: %w", sourceID, err)
+		return SessionAndPeriods{}, fmt.Errorf("ledger: current session of source %d: %w", sourceID, err)
 	}
 	if sess.EndedAt != nil {
-		return sess, fmt.Errorf("ledger: source %d generation %d ended (%s): %w", sourceID, sess.Generation, sess.EndReason, ErrNoSession)
+		return sp, fmt.Errorf("ledger: source %d generation %d ended (%s): %w", sourceID, sess.Generation, sess.EndReason, ErrNoSession)
 	}
 	sess.Caps.Raw = raw
-	return sess, nil
+	return sp, nil
 }

@@ -82,6 +82,13 @@ func (s *Store) EnsureSubscription(ctx context.Context, spec EnsureSpec) (Subscr
 		return Subscription{}, fmt.Errorf("ledger: ensure subscription %+v: %w", spec, ErrInvalid)
 	}
 	var sub Subscription
+	// The common case, a subscription opened or reopened, is the upsert alone: one statement in
+	// its own transaction, one round trip (issue 16: a start's ledger round trips). Anything
+	// else — a row found open, no grant, a removed source, a failed statement — takes the
+	// transaction below from the start, which decides it as before.
+	if opened, err := upsertSubscription(ctx, s.pool, spec, &sub); err == nil && opened {
+		return sub, nil
+	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// The upsert either opens (or reopens) the subscription or finds it open. A grant
 		// committed between the upsert and the look-up below makes the look-up see a CLOSED
@@ -335,37 +342,8 @@ var testHookEnsureLookup func()
 // the statement left it. Otherwise sub.ID is the existing row and closed reports that it is
 // CLOSED although a grant now stands (the caller upserts again).
 func ensureSubscriptionOnce(ctx context.Context, tx pgx.Tx, spec EnsureSpec, sub *Subscription) (opened, closed bool, err error) {
-	// The standing grant is locked FOR SHARE in the same statement, so a revocation either
-	// waits for this subscription (and then closes it) or commits first (and this one is
-	// refused): no subscription opens past a revocation.
-	x, err := scanSubscription(tx.QueryRow(ctx, `
-		WITH g AS MATERIALIZED (
-			SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL FOR SHARE),
-		-- A source being removed holds its row FOR UPDATE: this waits for it and then sees
-		-- removed_at, or RemoveSource waits for this and then lists the subscription (issue 14).
-		so AS MATERIALIZED (SELECT 1 FROM sources WHERE id = $2 AND removed_at IS NULL FOR KEY SHARE),
-		s AS (
-			INSERT INTO subscriptions (principal, source_id, uri, server_uri, workflow_id)
-			SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM so)
-			ON CONFLICT (principal, source_id, uri) DO UPDATE SET
-				generation = subscriptions.generation + 1,
-				state = 'DISCOVERED', state_reason = 'subscribed again after close',
-				session_generation = 0, close_ordinal = NULL, server_uri = EXCLUDED.server_uri,
-				last_accepted_digest = NULL,
-				started_at = now(), ended_at = NULL, updated_at = now()
-			WHERE subscriptions.state = 'CLOSED'
-			RETURNING *),
-		r AS (
-			INSERT INTO receipts (kind, source_id, subscription_id, generation, uri)
-			SELECT 'SUBSCRIPTION_OPENED', source_id, id, generation, uri FROM s)
-		SELECT `+subscriptionColumns+` FROM s JOIN sources so ON so.id = s.source_id`,
-		spec.Principal, spec.SourceID, spec.URI, spec.ServerURI, spec.WorkflowID))
-	if err == nil {
-		*sub = x
-		return true, false, nil
-	}
-	if err != pgx.ErrNoRows {
-		return false, false, err
+	if opened, err = upsertSubscription(ctx, tx, spec, sub); err != nil || opened {
+		return opened, false, err
 	}
 	if testHookEnsureLookup != nil {
 		testHookEnsureLookup()
@@ -394,4 +372,44 @@ func ensureSubscriptionOnce(ctx context.Context, tx pgx.Tx, spec EnsureSpec, sub
 		return false, true, nil
 	}
 	return false, state == string(mcpsync.StateClosed), nil
+}
+
+// upsertSubscription opens the subscription of spec (a new row, or a CLOSED one under the next
+// generation) with its receipt, in one statement through q, and reports whether it did; *sub
+// is then the row as the statement left it. It opens nothing (false, nil) when the row is open
+// already, the principal holds no standing grant or the source is removed.
+func upsertSubscription(ctx context.Context, q rowQuerier, spec EnsureSpec, sub *Subscription) (bool, error) {
+	// The standing grant is locked FOR SHARE in the same statement, so a revocation either
+	// waits for this subscription (and then closes it) or commits first (and this one is
+	// refused): no subscription opens past a revocation.
+	x, err := scanSubscription(q.QueryRow(ctx, `
+		WITH g AS MATERIALIZED (
+			SELECT 1 FROM grants WHERE principal = $1 AND source_id = $2 AND revoked_at IS NULL FOR SHARE),
+		-- A source being removed holds its row FOR UPDATE: this waits for it and then sees
+		-- removed_at, or RemoveSource waits for this and then lists the subscription (issue 14).
+		so AS MATERIALIZED (SELECT 1 FROM sources WHERE id = $2 AND removed_at IS NULL FOR KEY SHARE),
+		s AS (
+			INSERT INTO subscriptions (principal, source_id, uri, server_uri, workflow_id)
+			SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM so)
+			ON CONFLICT (principal, source_id, uri) DO UPDATE SET
+				generation = subscriptions.generation + 1,
+				state = 'DISCOVERED', state_reason = 'subscribed again after close',
+				session_generation = 0, close_ordinal = NULL, server_uri = EXCLUDED.server_uri,
+				last_accepted_digest = NULL,
+				started_at = now(), ended_at = NULL, updated_at = now()
+			WHERE subscriptions.state = 'CLOSED'
+			RETURNING *),
+		r AS (
+			INSERT INTO receipts (kind, source_id, subscription_id, generation, uri)
+			SELECT 'SUBSCRIPTION_OPENED', source_id, id, generation, uri FROM s)
+		SELECT `+subscriptionColumns+` FROM s JOIN sources so ON so.id = s.source_id`,
+		spec.Principal, spec.SourceID, spec.URI, spec.ServerURI, spec.WorkflowID))
+	switch {
+	case err == nil:
+		*sub = x
+		return true, nil
+	case err == pgx.ErrNoRows:
+		return false, nil
+	}
+	return false, err
 }
