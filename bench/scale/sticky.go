@@ -19,6 +19,13 @@ const (
 	metricCacheHit       = "temporal_sticky_cache_hit"
 	metricCacheMiss      = "temporal_sticky_cache_miss"
 	metricCacheEvictions = "temporal_sticky_cache_total_forced_eviction"
+	// metricRunsFinished sums the SDK's counters of runs that ended on this worker (completed,
+	// failed, canceled, continued as new; parseMetrics adds them up under this name). The SDK
+	// counts a finished run's removal from the cache as a forced eviction too: the removal's
+	// callback runs in a goroutine of its own and reads the run's state only after the task
+	// handler has cleared it (go.temporal.io/sdk v1.50.0, WorkerCache's RemovedFunc and
+	// workflowExecutionContextImpl.Unlock), so forcedEvictions subtracts them.
+	metricRunsFinished = "temporal_workflow_finished"
 	// metricTasks counts workflow tasks: the SDK records the replay-latency timer once per
 	// workflow task it processes.
 	metricTasks = "temporal_workflow_task_replay_latency_count"
@@ -89,6 +96,8 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 		name = strings.TrimSuffix(name, "_total")
 		switch name {
 		case metricCacheSize, metricCacheHit, metricCacheMiss, metricCacheEvictions, metricTasks:
+		case "temporal_workflow_completed", "temporal_workflow_failed", "temporal_workflow_canceled", "temporal_workflow_continue_as_new":
+			name = metricRunsFinished
 		default:
 			continue
 		}
@@ -125,20 +134,21 @@ func (s *stickyCache) print(n, active int) {
 	if active != n {
 		suffix = fmt.Sprintf("at-%d", active)
 	}
-	evictions := s.cur[metricCacheEvictions]
-	fmt.Printf("bench: sticky-cache-forced-evictions-%s %.0f executions\n", suffix, evictions)
+	evictions := forcedEvictions(s.cur)
+	fmt.Printf("bench: sticky-cache-forced-evictions-%s %.0f executions (baseline sticky-cache-removals-counted-%s %.0f executions, ratio %s)\n",
+		suffix, evictions, suffix, s.cur[metricCacheEvictions], ratioText(evictions, s.cur[metricCacheEvictions]))
 	fmt.Printf("bench: sticky-cache-misses-%s %.0f tasks (baseline sticky-cache-hits-%s %.0f tasks, ratio %s)\n",
 		suffix, s.cur[metricCacheMiss], suffix, s.cur[metricCacheHit], ratioText(s.cur[metricCacheMiss], s.cur[metricCacheHit]))
 	fmt.Printf("bench: workflow-tasks-%s %.0f tasks\n", suffix, s.cur[metricTasks])
-	// The SDK's cache holds capacity-1 executions; a forced eviction is also counted when a
-	// workflow task fails (its execution is dropped from the cache whatever the room), so only
-	// a full cache says the capacity was too small.
+	// The SDK's cache holds capacity-1 executions; a forced eviction is also an execution
+	// dropped after a failed workflow task (whatever the room), so only a full cache says the
+	// capacity was too small.
 	if full := s.peak >= float64(s.capacity-1); full {
 		fmt.Printf("bench: sticky-cache-needed-min-%s %d executions\n", suffix, s.capacity)
 		fmt.Printf("scale: sticky cache needed at %d live subscriptions: more than its capacity %d: the cache was full (%.0f forced evictions; each evicted workflow replays its whole history at its next task)\n", active, s.capacity, evictions)
 	} else {
 		fmt.Printf("bench: sticky-cache-needed-%s %.0f executions (baseline sticky-cache-capacity %d executions, ratio %.2f)\n", suffix, s.peak, s.capacity, s.peak/float64(s.capacity))
-		fmt.Printf("scale: sticky cache needed at %d live subscriptions: %.0f executions, the most it held, below its capacity %d (its %.0f forced evictions were executions dropped after a failed workflow task, not for room)\n", active, s.peak, s.capacity, evictions)
+		fmt.Printf("scale: sticky cache needed at %d live subscriptions: %.0f executions, the most it held, below its capacity %d (none evicted for room; %.0f dropped after a failed workflow task, finished runs not counted)\n", active, s.peak, s.capacity, evictions)
 	}
 }
 
@@ -151,10 +161,17 @@ func (s *stickyCache) printAfterStorm(n int) {
 	d := func(k string) float64 { return s.cur[k] - s.atActive[k] }
 	fmt.Printf("bench: sticky-cache-misses-during-reread-%d %.0f tasks (baseline sticky-cache-hits-during-reread-%d %.0f tasks, ratio %s)\n",
 		n, d(metricCacheMiss), n, d(metricCacheHit), ratioText(d(metricCacheMiss), d(metricCacheHit)))
-	fmt.Printf("bench: sticky-cache-forced-evictions-during-reread-%d %.0f executions\n", n, d(metricCacheEvictions))
+	fmt.Printf("bench: sticky-cache-forced-evictions-during-reread-%d %.0f executions\n", n,
+		max(0, d(metricCacheEvictions)-d(metricRunsFinished)))
 	fmt.Printf("bench: workflow-tasks-during-reread-%d %.0f tasks\n", n, d(metricTasks))
 	fmt.Printf("bench: sticky-cache-peak-after-reread-%d %.0f executions (baseline sticky-cache-capacity %d executions, ratio %.2f)\n",
 		n, s.peak, s.capacity, s.peak/float64(s.capacity))
+}
+
+// forcedEvictions is the SDK's forced-eviction count in m without the finished runs it also
+// counts (metricRunsFinished): the executions dropped from the cache while still running.
+func forcedEvictions(m map[string]float64) float64 {
+	return max(0, m[metricCacheEvictions]-m[metricRunsFinished])
 }
 
 func ratioText(a, b float64) string {
