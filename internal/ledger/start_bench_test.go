@@ -3,20 +3,13 @@ package ledger_test
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
-
-// processCPU is the CPU time this process has used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // The ledger calls that open a subscription at its start, before it subscribes: the ensure
 // (one statement when it opens the row) and the live session with the source's periods (one
@@ -39,7 +32,7 @@ func BenchmarkEnsureAndSession(b *testing.B) {
 	if _, _, err := st.OpenSession(ctx, src.ID, "q", ledger.CapabilityReceipt{Resources: true, Subscribe: true}); err != nil {
 		b.Fatal(err)
 	}
-	c0 := processCPU()
+	c0 := cpustat.Self()
 	for i := 0; b.Loop(); i++ {
 		u := fmt.Sprintf("demo://bench/%d", i)
 		if _, err := st.EnsureSubscription(ctx, ledger.EnsureSpec{Principal: "alice", SourceID: src.ID, URI: u, ServerURI: u, WorkflowID: "wf/" + u}); err != nil {
@@ -49,5 +42,5 @@ func BenchmarkEnsureAndSession(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(processCPU()-c0)/float64(b.N)/1e3, "client-cpu-µs/op")
+	b.ReportMetric(float64(cpustat.Self()-c0)/float64(b.N)/1e3, "client-cpu-µs/op")
 }
