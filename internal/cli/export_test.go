@@ -1,6 +1,9 @@
 package cli
 
-import "sort"
+import (
+	"sort"
+	"time"
+)
 
 // Commands returns the names of the registered commands ("source add" for a group's), sorted.
 func Commands() []string {
@@ -23,3 +26,11 @@ var Visible = visible
 
 // WriteCatalogEntries writes the entry table of `mcpsync catalog`.
 var WriteCatalogEntries = writeCatalogEntries
+
+// SetWatchPoll sets how long watch waits between reads when nothing wakes it, until the
+// returned restore is called.
+func SetWatchPoll(d time.Duration) (restore func()) {
+	old := watchPoll
+	watchPoll = d
+	return func() { watchPoll = old }
+}

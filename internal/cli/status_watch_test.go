@@ -1,8 +1,13 @@
 package cli_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +15,7 @@ import (
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/cli"
+	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -121,5 +127,100 @@ func TestStatusShowsNotAcknowledgedAsPolling(t *testing.T) {
 	}
 	if regexp.MustCompile(`(?m)demo://computed.*notify`).MatchString(out) {
 		t.Errorf("status shows the not-acknowledged demo://computed as notify:\n%s", out)
+	}
+}
+
+// lineWriter hands each line written to it to a channel.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   []byte
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.lines <- string(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// `watch` prints an accepted version when the outbox notifies its commit, not on its next
+// poll: with the poll an hour away, the version of a kind that notifies (the gateway turns
+// versions on) is printed all the same, and a later one too.
+func TestWatchWakesOnNotification(t *testing.T) {
+	defer cli.SetWatchPoll(time.Hour)()
+	st := watchFixture(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := st.SetOutboxNotify(ctx, "version", true); err != nil {
+		t.Fatal(err)
+	}
+	src, err := st.SourceByName(ctx, "modern")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := st.SubscriptionOf(ctx, "alice", src.ID, "demo://watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &lineWriter{lines: make(chan string, 10)}
+	done := make(chan cli.ExitCode, 1)
+	var errb bytes.Buffer
+	go func() {
+		done <- cli.Run(ctx, cli.Env{Stdout: out, Stderr: &errb, Store: st, Config: config.Env{DatabaseURL: "unused"}},
+			[]string{"watch", "modern", "--json"})
+	}()
+	accept := func(body string) string {
+		t.Helper()
+		d, err := st.AllocateReadOrdinal(ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
+			SessionGeneration: sub.SessionGeneration, URI: sub.URI, RequestID: body, Reason: mcpsync.ReasonNotification})
+		if err != nil {
+			t.Fatal(err)
+		}
+		digest := ledger.Digest([]byte(body))
+		r, err := st.AcceptResourceVersion(ctx, ledger.AcceptRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
+			SessionGeneration: sub.SessionGeneration, URI: sub.URI, Ordinal: d.Ordinal, RequestID: body,
+			Version: ledger.VersionInfo{Digest: digest}})
+		if err != nil || r.Outcome != mcpsync.OutcomeAccepted {
+			t.Fatalf("accept %s: %+v %v", body, r, err)
+		}
+		return digest
+	}
+	// watch starts at the outbox head: a version accepted before it reads the head is not
+	// printed. Accept until one is, then one more.
+	var first string
+	for first == "" {
+		digest := accept(fmt.Sprintf("v%d", time.Now().UnixNano()))
+		select {
+		case line := <-out.lines:
+			if !strings.Contains(line, digest) {
+				t.Fatalf("watch printed %s, want the version %s", line, digest)
+			}
+			first = line
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			t.Fatalf("watch printed nothing: %v (stderr %q)", ctx.Err(), errb.String())
+		}
+	}
+	digest := accept("the next one")
+	select {
+	case line := <-out.lines:
+		var j struct{ URI, Digest string }
+		if err := json.Unmarshal([]byte(line), &j); err != nil || j.URI != "demo://watched" || j.Digest != digest {
+			t.Fatalf("watch printed %s (%v), want demo://watched at %s", line, err, digest)
+		}
+	case <-ctx.Done():
+		t.Fatalf("watch did not print the next version: %v (stderr %q)", ctx.Err(), errb.String())
+	}
+	cancel()
+	if code := <-done; code != cli.ExitOK {
+		t.Errorf("watch: exit %d: %s", code, errb.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcpsync/mcpsync/internal/consumers"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
 
@@ -21,6 +22,10 @@ const (
 	outboxVersion   = "version"
 	outboxTombstone = "tombstone"
 )
+
+// watchPoll is how long watch waits between reads of the outbox when no notification wakes it
+// (versions notify only while the gateway has turned them on, ledger.SetOutboxNotify).
+var watchPoll = 200 * time.Millisecond
 
 // watchJSON is one accepted version or deletion as watch --json prints it.
 type watchJSON struct {
@@ -54,6 +59,19 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 		}
 		only = src.ID
 	}
+	// Listen before reading the head: a version accepted after the head was read wakes the
+	// loop below at its commit (when its kind notifies: the gateway turns versions on), not
+	// only on the next poll. Without a listener, watch polls.
+	l, err := st.ListenOutbox(ctx, "")
+	if err != nil {
+		l = nil
+	}
+	defer func() {
+		if l != nil {
+			l.Close()
+		}
+	}()
+	w := consumers.NewWaiter(l, watchPoll)
 	var cur ledger.OutboxCursor
 	if !*fromStart {
 		if cur, err = st.OutboxHead(ctx); err != nil {
@@ -61,7 +79,7 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 		}
 	}
 	for {
-		rows, _, err := st.OutboxBatch(ctx, cur, 500)
+		rows, heldBack, err := st.OutboxBatch(ctx, cur, 500)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -92,12 +110,17 @@ func watch(ctx context.Context, e *runEnv, args []string) error {
 			fmt.Fprintf(e.Stdout, "%s  %s  %s  ordinal=%d  %s\n", r.CreatedAt.UTC().Format(time.RFC3339), visible(name), r.URI, ord, visible(what))
 		}
 		if len(rows) > 0 {
+			w.Delivered()
 			continue
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(200 * time.Millisecond):
+		if _, err := w.Wait(ctx, heldBack); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// The listener's connection failed: poll from now on.
+			l.Close()
+			l = nil
+			w = consumers.NewWaiter(nil, watchPoll)
 		}
 	}
 }

@@ -81,7 +81,7 @@ func Run(ctx context.Context, st *ledger.Store, opts Options, deliver Deliver) (
 	}
 	cur := off.Cursor
 	stats.Cursor = cur
-	retry := heldBackRetry
+	w := NewWaiter(l, opts.PollInterval)
 	for {
 		limit := opts.Batch
 		if opts.Limit > 0 && opts.Limit-stats.Delivered < limit {
@@ -115,23 +115,16 @@ func Run(ctx context.Context, st *ledger.Store, opts Options, deliver Deliver) (
 			if opts.Limit > 0 && stats.Delivered >= opts.Limit {
 				return stats, nil
 			}
-			retry = heldBackRetry
+			w.Delivered()
 			continue
 		}
 		if !opts.Follow {
 			return stats, nil
 		}
-		wait := opts.PollInterval
-		if heldBack {
-			// Committed rows wait behind an older transaction that will end soon.
-			wait, retry = min(retry, opts.PollInterval), min(retry*2, opts.PollInterval)
-		} else {
-			retry = heldBackRetry
-		}
 		if opts.Idle != nil {
 			opts.Idle()
 		}
-		woke, err := l.Wait(ctx, wait)
+		woke, err := w.Wait(ctx, heldBack)
 		if err != nil {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return stats, ctx.Err()

@@ -180,7 +180,8 @@ type OutboxListener struct {
 
 // ListenOutbox opens a dedicated connection, takes the advisory lock of consumer (failing
 // with ErrConsumerBusy when another process holds it) and starts listening on OutboxChannel.
-// Notifications sent after it returns are delivered to Wait.
+// Notifications sent after it returns are delivered to Wait. An empty consumer takes no lock:
+// a reader that keeps no offset (mcpsync watch) listens beside any number of others.
 func (s *Store) ListenOutbox(ctx context.Context, consumer string) (*OutboxListener, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -188,10 +189,12 @@ func (s *Store) ListenOutbox(ctx context.Context, consumer string) (*OutboxListe
 	}
 	conn := pc.Hijack()
 	l := &OutboxListener{conn: conn}
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('mcpsync.outbox-consumer:' || $1, 0))`, consumer).Scan(&got); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("ledger: lock consumer %q: %w", consumer, err)
+	got := true
+	if consumer != "" {
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('mcpsync.outbox-consumer:' || $1, 0))`, consumer).Scan(&got); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("ledger: lock consumer %q: %w", consumer, err)
+		}
 	}
 	if !got {
 		l.Close()
