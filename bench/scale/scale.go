@@ -39,7 +39,6 @@ package scale
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -57,10 +56,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	"github.com/mcpsync/mcpsync/bench/devstack"
 	mcpconfig "github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/devenv/devtemporal"
 	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
-	"github.com/mcpsync/mcpsync/internal/devenv/ports"
 	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
 	"github.com/mcpsync/mcpsync/internal/harness/floor"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
@@ -151,7 +150,7 @@ func run(ctx context.Context, c config) error {
 		defer func() {
 			// mcpsync-dev has stopped by now (stopProcs, deferred later); run as root, its
 			// PostgreSQL data lives outside dir (pgcluster.Relocated).
-			if err := pgcluster.RemoveRelocated(filepath.Join(dir, "data", "pg")); err != nil {
+			if err := pgcluster.RemoveRelocated(filepath.Join(devstack.DataDir(dir, "dev"), "pg")); err != nil {
 				fmt.Fprintln(os.Stderr, "scale:", err)
 			}
 			os.RemoveAll(dir)
@@ -178,18 +177,18 @@ func run(ctx context.Context, c config) error {
 
 	fmt.Printf("scale: %d subscriptions on one stdio source; embedded Temporal (bin/mcpsync-dev, persistence: %s) and bin/mcpsync-worker as processes\n", n, persistence)
 	stackBegan := time.Now()
-	dev, devEnv, err := startDev(dir, "dev", baseEnv, bin, c.persistence, self)
+	dev, devEnv, err := devstack.StartDev(devstack.DevOptions{Dir: dir, Name: "dev", Env: baseEnv, Bin: bin, Persistence: c.persistence, ParentPID: self, Prefix: "scale"})
 	if err != nil {
 		return err
 	}
 	devStopped := false
 	defer func() {
 		if !devStopped {
-			stopProcs(dev)
+			devstack.StopProcs(dev)
 		}
 	}()
 	env := append(slices.Clone(baseEnv), devEnv...)
-	metricsPort, err := freePorts(1)
+	metricsPort, err := devstack.FreePorts(1)
 	if err != nil {
 		return err
 	}
@@ -198,16 +197,16 @@ func run(ctx context.Context, c config) error {
 	if c.cacheSize > 0 {
 		workerEnv = append(workerEnv, fmt.Sprintf("%s=%d", workerapp.EnvWorkflowCacheSize, c.cacheSize))
 	}
-	capacity, err := workerapp.WorkflowCacheSize(func(k string) string { return envValue(workerEnv, k) })
+	capacity, err := workerapp.WorkflowCacheSize(func(k string) string { return devstack.EnvValue(workerEnv, k) })
 	if err != nil {
 		return err
 	}
-	worker, err := startProc(dir, "worker", workerEnv, filepath.Join(bin, "mcpsync-worker"), "--parent-pid", self, "--log-level", "warn")
+	worker, err := devstack.StartProc(dir, "worker", workerEnv, filepath.Join(bin, "mcpsync-worker"), "--parent-pid", self, "--log-level", "warn")
 	if err != nil {
 		return err
 	}
 	devStopped = true
-	defer stopProcs(worker, dev)
+	defer devstack.StopProcs(worker, dev)
 	cache := &stickyCache{url: "http://127.0.0.1:" + metricsPort[0] + "/metrics", capacity: capacity}
 	fmt.Printf("scale: worker sticky workflow cache: %d executions\n", capacity)
 	var dbURL string
@@ -231,7 +230,7 @@ func run(ctx context.Context, c config) error {
 			used = ps.UserTime() + ps.SystemTime()
 		}
 		if err != nil {
-			return string(out), used, fmt.Errorf("mcpsync %s: %w: %s", args[0], err, strings.TrimSpace(lastLines(string(out), 5)))
+			return string(out), used, fmt.Errorf("mcpsync %s: %w: %s", args[0], err, strings.TrimSpace(devstack.LastLines(string(out), 5)))
 		}
 		return string(out), used, nil
 	}
@@ -240,7 +239,7 @@ func run(ctx context.Context, c config) error {
 		return out, err
 	}
 	demo := fmt.Sprintf("%s --resources %d --interval %s --item-updates 1", filepath.Join(bin, "mcpsync-demo-server"), n-1, interval)
-	if err := retry(2*time.Minute, func() error {
+	if err := devstack.Retry(2*time.Minute, func() error {
 		_, err := cli(ctx, "source", "add", "scale", "--stdio", demo, "--backstop", backstop.String())
 		return err
 	}); err != nil {
@@ -278,7 +277,7 @@ func run(ctx context.Context, c config) error {
 		out, used, err := cliCPU(cliCtx, "subscribe", "scale", "--uris-file", uriFile, "--parallel", strconv.Itoa(parallel), "--wait", timeout.String())
 		cliTook, cliUsed = time.Since(began), used
 		if strings.TrimSpace(out) != "" {
-			fmt.Print("scale: ", lastLines(out, 3))
+			fmt.Print("scale: ", devstack.LastLines(out, 3))
 		}
 		cliDone <- err
 	}()
@@ -450,17 +449,6 @@ func stopReason(c config, end, began time.Time) string {
 	return "the budget (-budget) ended"
 }
 
-// envValue is the value of key in a KEY=VALUE list (the last one wins), "" when absent.
-func envValue(env []string, key string) string {
-	v := ""
-	for _, kv := range env {
-		if s, ok := strings.CutPrefix(kv, key+"="); ok {
-			v = s
-		}
-	}
-	return v
-}
-
 // clockStaleness measures how stale the accepted view of demo://clock/now was in [from, to]:
 // the server changes it every tick and its body is the change time, so for each version
 // accepted there, the time from the change that the previously accepted version carried to
@@ -539,76 +527,6 @@ func poll(ctx context.Context, deadline time.Time, check func(time.Duration) (bo
 	}
 }
 
-func retry(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// freePorts picks k distinct ports for mcpsync-dev to bind, outside the kernel's ephemeral
-// range (ports.Free): no outgoing connection takes one before mcpsync-dev is up.
-func freePorts(k int) ([]string, error) {
-	var out []string
-	for len(out) < k {
-		p, err := ports.Free("127.0.0.1")
-		if err != nil {
-			return nil, err
-		}
-		if s := strconv.Itoa(p); !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	return out, nil
-}
-
-// startDev runs bin/mcpsync-dev on free ports with its own PostgreSQL (DATABASE_URL unset), as
-// make run does, its data in dir/<name>-data (dir/data for "dev") and its log in
-// dir/<name>.log, and returns it with the KEY=VALUE lines of its dev.env once it is ready.
-// persistence is its --temporal-persistence ("": its default).
-func startDev(dir, name string, baseEnv []string, bin, persistence, self string) (*exec.Cmd, []string, error) {
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, nil, err
-	}
-	data := filepath.Join(dir, name+"-data")
-	if name == "dev" {
-		data = filepath.Join(dir, "data")
-	}
-	args := []string{"--data-dir", data, "--frontend-port", ports[0], "--ui-port", ports[1], "--pg-port", ports[2], "--parent-pid", self}
-	if persistence != "" {
-		args = append(args, "--temporal-persistence", persistence)
-	}
-	dev, err := startProc(dir, name, baseEnv, filepath.Join(bin, "mcpsync-dev"), args...)
-	if err != nil {
-		return nil, nil, err
-	}
-	env, err := awaitEnv(filepath.Join(data, "dev.env"), dev, 5*time.Minute)
-	if err != nil {
-		stopProcs(dev)
-		// The data directory goes away without -keep: show why mcpsync-dev stopped.
-		if b, rerr := os.ReadFile(filepath.Join(dir, name+".log")); rerr == nil {
-			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-			for _, l := range lines[max(0, len(lines)-20):] {
-				fmt.Printf("scale: %s.log: %s\n", name, l)
-			}
-		}
-		return nil, nil, err
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, name+".log")); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "mcpsync-dev ready") {
-				fmt.Println("scale:", l)
-			}
-		}
-	}
-	return dev, env, nil
-}
-
 // runFloor measures the floor of the start phase: on a fresh mcpsync-dev of its own (same
 // persistence), c.floor of the cheapest entity workflow (internal/harness/floor: started with
 // c.parallel calls in flight, up once its first workflow task has run one local activity)
@@ -617,26 +535,26 @@ func startDev(dir, name string, baseEnv []string, bin, persistence, self string)
 // returns.
 func runFloor(ctx context.Context, c config, dir string, baseEnv []string, bin, self string) (floor.StartResult, *cpuSet, error) {
 	fmt.Printf("scale: floor: %d entity workflows on a fresh bin/mcpsync-dev of their own, %d starts in flight\n", c.floor, c.parallel)
-	dev, env, err := startDev(dir, "floor-dev", baseEnv, bin, c.persistence, self)
+	dev, env, err := devstack.StartDev(devstack.DevOptions{Dir: dir, Name: "floor-dev", Env: baseEnv, Bin: bin, Persistence: c.persistence, ParentPID: self, Prefix: "scale"})
 	if err != nil {
 		return floor.StartResult{}, nil, err
 	}
 	defer func() {
-		stopProcs(dev)
+		devstack.StopProcs(dev)
 		if !c.keep {
-			if err := pgcluster.RemoveRelocated(filepath.Join(dir, "floor-dev-data", "pg")); err != nil {
+			if err := pgcluster.RemoveRelocated(filepath.Join(devstack.DataDir(dir, "floor-dev"), "pg")); err != nil {
 				fmt.Fprintln(os.Stderr, "scale:", err)
 			}
-			_ = os.RemoveAll(filepath.Join(dir, "floor-dev-data"))
+			_ = os.RemoveAll(devstack.DataDir(dir, "floor-dev"))
 		}
 	}()
-	tc, err := mcpconfig.TemporalConn{}.Dial(ctx, envValue(env, "TEMPORAL_ADDRESS"), envValue(env, "TEMPORAL_NAMESPACE"),
+	tc, err := mcpconfig.TemporalConn{}.Dial(ctx, devstack.EnvValue(env, "TEMPORAL_ADDRESS"), devstack.EnvValue(env, "TEMPORAL_NAMESPACE"),
 		client.Options{Logger: devtemporal.SDKLogger(zap.NewNop())})
 	if err != nil {
 		return floor.StartResult{}, nil, err
 	}
 	defer tc.Close()
-	statConn, err := pgx.Connect(ctx, envValue(env, "DATABASE_URL"))
+	statConn, err := pgx.Connect(ctx, devstack.EnvValue(env, "DATABASE_URL"))
 	if err != nil {
 		return floor.StartResult{}, nil, err
 	}
@@ -681,73 +599,6 @@ func printVsFloor(n int, rate float64, fl floor.StartResult) {
 		return
 	}
 	fmt.Printf("bench: scale-start-rate-of-floor-%d %.1f /s (baseline floor-start-rate-%d %.1f /s, ratio %.2f)\n", n, rate, fl.Workflows, fl.PerSec, rate/fl.PerSec)
-}
-
-// startProc starts a command in its own process group, its output in dir/name.log.
-func startProc(dir, name string, env []string, path string, args ...string) (*exec.Cmd, error) {
-	f, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	go func() { _ = cmd.Wait(); f.Close() }()
-	return cmd, nil
-}
-
-// stopProcs asks the processes to stop (SIGTERM), all at once, and kills those still running
-// after 30 s, so that stopping never takes longer than that.
-func stopProcs(cmds ...*exec.Cmd) {
-	for _, c := range cmds {
-		_ = c.Process.Signal(syscall.SIGTERM)
-	}
-	for range 300 {
-		alive := false
-		for _, c := range cmds {
-			alive = alive || c.Process.Signal(syscall.Signal(0)) == nil
-		}
-		if !alive {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	for _, c := range cmds {
-		_ = c.Process.Kill()
-	}
-}
-
-// awaitEnv waits for mcpsync-dev's dev.env and returns its KEY=VALUE lines, unquoted.
-func awaitEnv(path string, dev *exec.Cmd, timeout time.Duration) ([]string, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil && len(b) > 0 {
-			var out []string
-			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-				k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
-				if !ok || strings.HasPrefix(k, "#") {
-					continue
-				}
-				if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
-					v = strings.ReplaceAll(v[1:len(v)-1], `'\''`, `'`)
-				}
-				out = append(out, k+"="+v)
-			}
-			return out, nil
-		}
-		if dev.Process.Signal(syscall.Signal(0)) != nil {
-			return nil, errors.New("mcpsync-dev exited before it was ready (see its log with -keep)")
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("mcpsync-dev not ready after %s", timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // rss is one process tree's resident set: now and its peak (bytes).
@@ -834,12 +685,4 @@ func mib(b int64) string {
 		return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
 	}
 	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
-}
-
-func lastLines(s string, k int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > k {
-		lines = lines[len(lines)-k:]
-	}
-	return strings.Join(lines, "\n") + "\n"
 }
