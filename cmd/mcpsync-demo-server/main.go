@@ -8,7 +8,9 @@
 // notifications/resources/updated to subscribed sessions, except that with --eras both a
 // 2026-07-28 client's listen acknowledgement leaves out the --unwatched resources (by default
 // the computed demo://clock/now), which that client must poll. The chaos knobs that make sense on a
-// command line are flags; see -help.
+// command line are flags; see -help. With --control ADDR a loopback HTTP endpoint changes any
+// resource on request (POST /resources, form fields uri and text), so that a script or a
+// benchmark decides what changes and when.
 package main
 
 import (
@@ -61,6 +63,8 @@ type config struct {
 	notFound       chaosmcp.NotFoundStyle
 	unsubscribe    chaosmcp.UnsubscribeMode
 	transientEvery int
+	controlAddr    string // --control: the loopback endpoint that changes resources (control.go)
+	controlFile    string
 }
 
 // usageError is a bad command line: reported on one line, exit status 2.
@@ -104,6 +108,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.transientEvery, "transient-every", 0, "answer every `N`th resources/read with a transient -32603 error")
 	fs.StringVar(&notFound, "not-found-style", "mcp", "unknown resources: mcp (-32002), invalid-params (-32602 + data.uri) or message (-32602)")
 	fs.StringVar(&unsubscribe, "unsubscribe", "normal", "resources/unsubscribe: normal, hang or lose-response")
+	fs.StringVar(&c.controlAddr, "control", "", "serve on loopback `ADDR` (e.g. 127.0.0.1:0) an HTTP endpoint that changes a resource on request: POST /resources with form fields uri and text")
+	fs.StringVar(&c.controlFile, "control-file", "", "write the --control endpoint's URL to `PATH` once it listens")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -115,6 +121,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.interval <= 0 {
 		return nil, &usageError{msg: "--interval must be positive"}
+	}
+	if c.controlFile != "" && c.controlAddr == "" {
+		return nil, &usageError{msg: "--control-file needs --control"}
+	}
+	if c.controlAddr != "" {
+		if err := checkControlAddr(c.controlAddr); err != nil {
+			return nil, &usageError{msg: err.Error()}
+		}
 	}
 	switch eras {
 	case "legacy":
@@ -194,6 +208,12 @@ func run(args []string, stderr io.Writer) int {
 	d := newDemo(s, c)
 	d.populate()
 	go d.tick(ctx, logger)
+	if c.controlAddr != "" {
+		if err := serveControl(ctx, s, c.controlAddr, c.controlFile, logger); err != nil {
+			fmt.Fprintf(stderr, "mcpsync-demo-server: %v\n", err)
+			return 1
+		}
+	}
 
 	if c.httpAddr == "" {
 		logger.Info("serving stdio", "resources", len(s.URIs()), "interval", c.interval)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net/http"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -389,6 +391,10 @@ func TestBadFlags(t *testing.T) {
 		{"--eras", "modern"},
 		{"--no-such-flag"},
 		{"extra-argument"},
+		{"--control-file", "url.txt"},
+		{"--control", "0.0.0.0:0"},
+		{"--control", "10.1.2.3:80"},
+		{"--control", "no-port"},
 	}
 	for _, args := range tests {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -404,5 +410,59 @@ func TestBadFlags(t *testing.T) {
 				t.Errorf("stderr %q lacks a clear message", stderr.String())
 			}
 		})
+	}
+}
+
+// TestControl changes a resource through the --control endpoint: the subscribed session is
+// notified and reads the new text; malformed requests are refused and change nothing.
+func TestControl(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "control.url")
+	c := startStdio(t, "--interval", "1h", "--resources", "3", "--control", "127.0.0.1:0", "--control-file", file)
+	ctx := testCtx(t)
+	var endpoint string
+	for deadline := time.Now().Add(wait); endpoint == ""; time.Sleep(20 * time.Millisecond) {
+		if b, err := os.ReadFile(file); err == nil {
+			endpoint = strings.TrimSpace(string(b))
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no control URL in %s: %v", file, err)
+		}
+	}
+	if err := c.cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "demo://items/0002"}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := readText(t, c.cs, "demo://items/0002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(form url.Values) int {
+		t.Helper()
+		resp, err := http.PostForm(endpoint+"/resources", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, bad := range []url.Values{{"uri": {"demo://items/0002"}}, {"text": {"x"}}} {
+		if code := post(bad); code != http.StatusBadRequest {
+			t.Errorf("POST %v: status %d, want 400", bad, code)
+		}
+	}
+	if resp, err := http.Get(endpoint + "/resources"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: status %d, want 405", resp.StatusCode)
+	}
+	if got, _ := readText(t, c.cs, "demo://items/0002"); got != before {
+		t.Fatalf("refused requests changed the resource: %q, was %q", got, before)
+	}
+	if code := post(url.Values{"uri": {"demo://items/0002"}, "text": {"changed by the test"}}); code != http.StatusNoContent {
+		t.Fatalf("POST: status %d, want 204", code)
+	}
+	if u := c.nextUpdate(t); u != "demo://items/0002" {
+		t.Errorf("updated %q, want demo://items/0002", u)
+	}
+	if got, err := readText(t, c.cs, "demo://items/0002"); err != nil || got != "changed by the test" {
+		t.Errorf("read after the change: %q, %v", got, err)
 	}
 }
