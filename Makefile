@@ -94,6 +94,11 @@ conformance:
 ## RSS, the sticky workflow cache they need, re-read storm. SCALEBENCHFLAGS passes flags.
 ## Gateway (issue 15): agent reads and notifications through the MCP gateway against the CLI
 ## and raw go-sdk baselines. GATEWAYBENCHFLAGS passes flags.
+## Outside (issue 16): what a user of `make run` sees, measured from outside as the issue first
+## measured it: the `make run` processes, 100 subscriptions on a stdio server whose resources
+## change at 10 and 30 per second, each change's latency to its line in `mcpsync watch --json`
+## next to its latency to acceptance in the ledger; then 30/s again with 100 idle
+## subscriptions and the demo source added. OUTSIDEBENCHFLAGS passes flags.
 ## A benchmark that fails does not stop the others; the target fails at the end naming it.
 ## bench-quick: the same benchmarks at small sizes (goal: under 3 minutes; its budgets,
 ## BENCH_QUICK_BUDGET_<step>, are only a guard against a hang); the *FLAGS above still apply
@@ -110,6 +115,7 @@ BENCH_BUDGET_prune           ?= 85
 BENCH_BUDGET_persistence     ?= 150
 BENCH_BUDGET_scale           ?= 540
 BENCH_BUDGET_gateway         ?= 55
+BENCH_BUDGET_outside         ?= 110
 BENCH_QUICK_GOAL             ?= 180
 BENCH_QUICK_BUDGET_build     ?= 45
 BENCH_QUICK_BUDGET_machine   ?= 10
@@ -122,6 +128,7 @@ BENCH_QUICK_BUDGET_prune     ?= 30
 BENCH_QUICK_BUDGET_persistence ?= 60
 BENCH_QUICK_BUDGET_scale     ?= 90
 BENCH_QUICK_BUDGET_gateway   ?= 45
+BENCH_QUICK_BUDGET_outside   ?= 45
 BB := $(BIN)/bench
 # BENCH_STEP name,budget-seconds,command: runs command under `timeout` (SIGINT at the budget,
 # SIGKILL 20 s later; --foreground keeps Ctrl-C working) and prints its wall time next to the
@@ -153,6 +160,7 @@ bench:
 	$(call BENCH_STEP,persistence,$(BENCH_BUDGET_persistence),$(BB)/mcpsync-bench persistence -duration 10s -drain 20s -workflows 300 $(PERSISTBENCHFLAGS)); \
 	$(call BENCH_STEP,scale,$(BENCH_BUDGET_scale),$(BB)/mcpsync-bench scale -bin $(BIN) -n 10000 -floor 3000 -probe 15s -budget $$(( $(BENCH_BUDGET_scale) - 25 ))s $(SCALEBENCHFLAGS)); \
 	$(call BENCH_STEP,gateway,$(BENCH_BUDGET_gateway),$(BB)/mcpsync-bench gateway -duration 5s $(GATEWAYBENCHFLAGS)); \
+	$(call BENCH_STEP,outside,$(BENCH_BUDGET_outside),$(BB)/mcpsync-bench outside -bin $(BIN) -duration 15s -drain 10s $(OUTSIDEBENCHFLAGS)); \
 	$(call BENCH_END,$(BENCH_GOAL))
 
 bench-quick:
@@ -168,6 +176,7 @@ bench-quick:
 	$(call BENCH_STEP,persistence,$(BENCH_QUICK_BUDGET_persistence),$(BB)/mcpsync-bench persistence -workflows 50 -rate 20 -duration 2s $(PERSISTBENCHFLAGS)); \
 	$(call BENCH_STEP,scale,$(BENCH_QUICK_BUDGET_scale),$(BB)/mcpsync-bench scale -bin $(BIN) -n 200 -probe 2s -budget $$(( $(BENCH_QUICK_BUDGET_scale) - 20 ))s $(SCALEBENCHFLAGS)); \
 	$(call BENCH_STEP,gateway,$(BENCH_QUICK_BUDGET_gateway),$(BB)/mcpsync-bench gateway -agents 2 -duration 1s -updates 5 $(GATEWAYBENCHFLAGS)); \
+	$(call BENCH_STEP,outside,$(BENCH_QUICK_BUDGET_outside),$(BB)/mcpsync-bench outside -bin $(BIN) -subscriptions 10 -rates 10 -duration 2s -drain 3s -loaded=false $(OUTSIDEBENCHFLAGS)); \
 	$(call BENCH_END,$(BENCH_QUICK_GOAL))
 
 ## deps: install missing PostgreSQL binaries and interop npm packages

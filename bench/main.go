@@ -22,6 +22,7 @@ import (
 	"github.com/mcpsync/mcpsync/bench/gateway"
 	"github.com/mcpsync/mcpsync/bench/ledger"
 	"github.com/mcpsync/mcpsync/bench/machine"
+	"github.com/mcpsync/mcpsync/bench/outside"
 	"github.com/mcpsync/mcpsync/bench/persistence"
 	"github.com/mcpsync/mcpsync/bench/prune"
 	"github.com/mcpsync/mcpsync/bench/revoke"
@@ -39,6 +40,7 @@ var benchmarks = map[string]func(){
 	"gateway":     gateway.Main,
 	"ledger":      ledger.Main,
 	"machine":     machine.Main,
+	"outside":     outside.Main,
 	"persistence": persistence.Main,
 	"prune":       prune.Main,
 	"revoke":      revoke.Main,
