@@ -16,8 +16,55 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/devenv/ports"
 )
+
+// Binaries returns bin as an absolute path once it holds the commands make run starts (make
+// build-run compiles them).
+func Binaries(bin string) (string, error) {
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return "", err
+	}
+	for _, name := range []string{"mcpsync", "mcpsync-dev", "mcpsync-worker", "mcpsync-demo-server"} {
+		if _, err := os.Stat(filepath.Join(abs, name)); err != nil {
+			return "", fmt.Errorf("%w (run make build-run first)", err)
+		}
+	}
+	return abs, nil
+}
+
+// Workdir makes the benchmark's temporary directory (mcpsync-<name>-*). With keep it says
+// where that is and cleanup leaves it; otherwise cleanup removes it, with the PostgreSQL data
+// of the mcpsync-dev named "dev" started in it, which may live outside it
+// (pgcluster.Relocated, when run as root). Call cleanup once that mcpsync-dev has stopped.
+func Workdir(name string, keep bool) (dir string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp("", "mcpsync-"+name+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	if keep {
+		fmt.Printf("%s: data and logs in %s\n", name, dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() {
+		if err := pgcluster.RemoveRelocated(filepath.Join(DataDir(dir, "dev"), "pg")); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		}
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// Environ is this process's environment without the variables that would point the processes
+// it starts at another deployment: DATABASE_URL and TEMPORAL_*, and those starting with any of
+// drop.
+func Environ(drop ...string) []string {
+	drop = append(drop, "DATABASE_URL=", "TEMPORAL_")
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return slices.ContainsFunc(drop, func(p string) bool { return strings.HasPrefix(kv, p) })
+	})
+}
 
 // Retry calls f until it succeeds or timeout has passed, every 500 ms, and returns its last
 // error.

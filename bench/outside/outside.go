@@ -48,7 +48,6 @@ import (
 	"time"
 
 	"github.com/mcpsync/mcpsync/bench/devstack"
-	"github.com/mcpsync/mcpsync/internal/devenv/pgcluster"
 	"github.com/mcpsync/mcpsync/internal/harness/cpustat"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 )
@@ -109,35 +108,17 @@ func parseRates(s string) ([]float64, error) {
 }
 
 func run(ctx context.Context, c config) error {
-	bin, err := filepath.Abs(c.bin)
+	bin, err := devstack.Binaries(c.bin)
 	if err != nil {
 		return err
 	}
-	for _, name := range []string{"mcpsync", "mcpsync-dev", "mcpsync-worker", "mcpsync-demo-server"} {
-		if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
-			return fmt.Errorf("%w (run make build-run first)", err)
-		}
-	}
-	dir, err := os.MkdirTemp("", "mcpsync-outside-")
+	dir, cleanup, err := devstack.Workdir("outside", c.keep)
 	if err != nil {
 		return err
 	}
-	if c.keep {
-		fmt.Println("outside: data and logs in", dir)
-	} else {
-		defer func() {
-			// mcpsync-dev has stopped by now (deferred later); its PostgreSQL data may live
-			// outside dir (pgcluster.Relocated, when run as root).
-			if err := pgcluster.RemoveRelocated(filepath.Join(devstack.DataDir(dir, "dev"), "pg")); err != nil {
-				fmt.Fprintln(os.Stderr, "outside:", err)
-			}
-			os.RemoveAll(dir)
-		}()
-	}
+	defer cleanup() // after the processes have stopped (deferred later)
 	self := strconv.Itoa(os.Getpid())
-	baseEnv := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "TEMPORAL_") || strings.HasPrefix(kv, "MCPSYNC_")
-	})
+	baseEnv := devstack.Environ("MCPSYNC_")
 	began := time.Now()
 	dev, devEnv, err := devstack.StartDev(devstack.DevOptions{Dir: dir, Name: "dev", Env: baseEnv, Bin: bin, ParentPID: self, Prefix: "outside"})
 	if err != nil {

@@ -131,36 +131,19 @@ func (c config) phaseDeadline(began time.Time, reserve time.Duration) time.Time 
 
 func run(ctx context.Context, c config) error {
 	n, parallel, timeout, interval, probe, backstop, keep, persistence := c.n, c.parallel, c.timeout, c.interval, c.probe, c.backstop, c.keep, c.persistence
-	bin, err := filepath.Abs(c.bin)
+	bin, err := devstack.Binaries(c.bin)
 	if err != nil {
 		return err
 	}
-	for _, c := range []string{"mcpsync", "mcpsync-dev", "mcpsync-worker", "mcpsync-demo-server"} {
-		if _, err := os.Stat(filepath.Join(bin, c)); err != nil {
-			return fmt.Errorf("%w (run make build-run first)", err)
-		}
-	}
-	dir, err := os.MkdirTemp("", "mcpsync-scale-")
+	dir, cleanup, err := devstack.Workdir("scale", keep)
 	if err != nil {
 		return err
 	}
-	if keep {
-		fmt.Println("scale: data and logs in", dir)
-	} else {
-		defer func() {
-			// mcpsync-dev has stopped by now (stopProcs, deferred later); run as root, its
-			// PostgreSQL data lives outside dir (pgcluster.Relocated).
-			if err := pgcluster.RemoveRelocated(filepath.Join(devstack.DataDir(dir, "dev"), "pg")); err != nil {
-				fmt.Fprintln(os.Stderr, "scale:", err)
-			}
-			os.RemoveAll(dir)
-		}()
-	}
+	// mcpsync-dev has stopped by then (stopProcs, deferred later).
+	defer cleanup()
 	self := strconv.Itoa(os.Getpid())
 
-	baseEnv := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "TEMPORAL_")
-	})
+	baseEnv := devstack.Environ()
 	if persistence == "" {
 		persistence = "mcpsync-dev default"
 	}
