@@ -99,7 +99,7 @@ func parseRates(s string) ([]float64, error) {
 	var out []float64
 	for _, f := range strings.Split(s, ",") {
 		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || r <= 0 || math.IsInf(r, 0) {
+		if err != nil || !(r > 0) || math.IsInf(r, 0) {
 			return nil, fmt.Errorf("-rates %q: %q is not a positive number", s, f)
 		}
 		out = append(out, r)

@@ -70,7 +70,7 @@ func TestParseRates(t *testing.T) {
 	if diff := cmp.Diff([]float64{10, 30, 2.5}, got); diff != "" || err != nil {
 		t.Errorf("parseRates: %v (-want +got):\n%s", err, diff)
 	}
-	for _, bad := range []string{"", "10,", "0", "-3", "x", "Inf"} {
+	for _, bad := range []string{"", "10,", "0", "-3", "x", "Inf", "NaN"} {
 		if _, err := parseRates(bad); err == nil {
 			t.Errorf("parseRates(%q) succeeded", bad)
 		}
