@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -55,8 +56,8 @@ func Main() {
 	only := flag.String("only", "", "comma-separated persistences to measure (default: all; memory is the baseline and always runs)")
 	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_TEMPORAL_DATABASE_URL"), "admin URL of a PostgreSQL server for Temporal's databases (empty: start a private durable cluster, as make run does)")
 	flag.Parse()
-	if *n <= 0 || *rate <= 0 || *d <= 0 || *runs <= 0 || *drain <= 0 {
-		fmt.Fprintln(os.Stderr, "persistence bench: -workflows, -rate, -duration, -drain and -runs must be positive")
+	if *n <= 0 || !(*rate > 0) || math.IsInf(*rate, 0) || *d <= 0 || *runs <= 0 || *drain <= 0 {
+		fmt.Fprintln(os.Stderr, "persistence bench: -workflows, -rate, -duration, -drain and -runs must be positive, -rate finite")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -112,8 +112,8 @@ func Main() {
 	flag.DurationVar(&c.idle, "idle", 3*time.Second, "how long the stack's idle CPU is measured, before the floor and after the subscribe (0: not measured; the CPU figures are then gross)")
 	flag.DurationVar(&c.budget, "budget", 0, "the run's time budget: saturation steps and the in-memory variant are left out (and say so) when they would not fit (0: no limit)")
 	flag.Parse()
-	if flag.NArg() > 0 || c.n <= 0 || c.rate <= 0 || c.duration <= 0 || c.sample < 0 || c.steps < 0 || c.memory < 0 || c.idle < 0 || c.budget < 0 || c.step < 0 || c.baseline <= 0 {
-		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration, -baseline must be positive, -memory, -idle, -budget, -step, -steps, -sample not negative, no positional arguments")
+	if flag.NArg() > 0 || c.n <= 0 || !(c.rate > 0) || math.IsInf(c.rate, 0) || c.duration <= 0 || c.sample < 0 || c.steps < 0 || c.memory < 0 || c.idle < 0 || c.budget < 0 || c.step < 0 || c.baseline <= 0 {
+		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration, -baseline must be positive (-rate finite), -memory, -idle, -budget, -step, -steps, -sample not negative, no positional arguments")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
