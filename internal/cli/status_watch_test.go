@@ -1,13 +1,12 @@
 package cli_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
+	"io"
 	"regexp"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -130,30 +129,9 @@ func TestStatusShowsNotAcknowledgedAsPolling(t *testing.T) {
 	}
 }
 
-// lineWriter hands each line written to it to a channel.
-type lineWriter struct {
-	mu    sync.Mutex
-	buf   []byte
-	lines chan string
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		w.lines <- string(w.buf[:i])
-		w.buf = w.buf[i+1:]
-	}
-}
-
 // `watch` prints an accepted version when the outbox notifies its commit, not on its next
-// poll: with the poll an hour away, the version of a kind that notifies (the gateway turns
-// versions on) is printed all the same, and a later one too.
+// poll: with the poll an hour away, a version of a kind that notifies (the gateway turns
+// versions on) accepted while watch waits is printed all the same.
 func TestWatchWakesOnNotification(t *testing.T) {
 	defer cli.SetWatchPoll(time.Hour)()
 	st := watchFixture(t)
@@ -170,13 +148,6 @@ func TestWatchWakesOnNotification(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &lineWriter{lines: make(chan string, 10)}
-	done := make(chan cli.ExitCode, 1)
-	var errb bytes.Buffer
-	go func() {
-		done <- cli.Run(ctx, cli.Env{Stdout: out, Stderr: &errb, Store: st, Config: config.Env{DatabaseURL: "unused"}},
-			[]string{"watch", "modern", "--json"})
-	}()
 	accept := func(body string) string {
 		t.Helper()
 		d, err := st.AllocateReadOrdinal(ctx, ledger.AllocateRequest{SubscriptionID: sub.ID, Generation: sub.Generation,
@@ -193,32 +164,38 @@ func TestWatchWakesOnNotification(t *testing.T) {
 		}
 		return digest
 	}
-	// watch starts at the outbox head: a version accepted before it reads the head is not
-	// printed. Accept until one is, then one more.
-	var first string
-	for first == "" {
-		digest := accept(fmt.Sprintf("v%d", time.Now().UnixNano()))
+	// Accepted before watch starts: --from-start prints it on watch's first read, so once its
+	// line is out, watch has listened, read and caught up.
+	first := accept("before watch")
+	pr, pw := io.Pipe()
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	done := make(chan cli.ExitCode, 1)
+	var errb bytes.Buffer
+	go func() {
+		done <- cli.Run(ctx, cli.Env{Stdout: pw, Stderr: &errb, Store: st, Config: config.Env{DatabaseURL: "unused"}},
+			[]string{"watch", "modern", "--json", "--from-start"})
+		pw.Close()
+	}()
+	next := func(what, digest string) {
+		t.Helper()
 		select {
-		case line := <-out.lines:
-			if !strings.Contains(line, digest) {
-				t.Fatalf("watch printed %s, want the version %s", line, digest)
+		case line := <-lines:
+			var j struct{ URI, Digest string }
+			if err := json.Unmarshal([]byte(line), &j); err != nil || j.URI != "demo://watched" || j.Digest != digest {
+				t.Fatalf("watch printed %s (%v), want %s: demo://watched at %s", line, err, what, digest)
 			}
-			first = line
-		case <-time.After(2 * time.Second):
 		case <-ctx.Done():
-			t.Fatalf("watch printed nothing: %v (stderr %q)", ctx.Err(), errb.String())
+			t.Fatalf("watch did not print %s: %v (stderr %q)", what, ctx.Err(), errb.String())
 		}
 	}
-	digest := accept("the next one")
-	select {
-	case line := <-out.lines:
-		var j struct{ URI, Digest string }
-		if err := json.Unmarshal([]byte(line), &j); err != nil || j.URI != "demo://watched" || j.Digest != digest {
-			t.Fatalf("watch printed %s (%v), want demo://watched at %s", line, err, digest)
-		}
-	case <-ctx.Done():
-		t.Fatalf("watch did not print the next version: %v (stderr %q)", ctx.Err(), errb.String())
-	}
+	next("the version accepted before it started", first)
+	next("the version accepted while it waits", accept("while watch waits"))
 	cancel()
 	if code := <-done; code != cli.ExitOK {
 		t.Errorf("watch: exit %d: %s", code, errb.String())
