@@ -60,9 +60,9 @@ func Workdir(name string, keep bool) (dir string, cleanup func(), err error) {
 // it starts at another deployment: DATABASE_URL and TEMPORAL_*, and those starting with any of
 // drop.
 func Environ(drop ...string) []string {
-	drop = append(drop, "DATABASE_URL=", "TEMPORAL_")
+	prefixes := append([]string{"DATABASE_URL=", "TEMPORAL_"}, drop...)
 	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return slices.ContainsFunc(drop, func(p string) bool { return strings.HasPrefix(kv, p) })
+		return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(kv, p) })
 	})
 }
 

@@ -106,15 +106,18 @@ func (r result) print(w io.Writer, prefix string, base *result) {
 	fig := func(name string, v float64, unit string) benchline.Figure {
 		return benchline.Figure{Name: fmt.Sprintf("%s-%s-%s", prefix, name, rate), Value: v, Unit: unit}
 	}
-	if base == nil {
-		benchline.PrintVs(w, fig("p50", ms(r.p50), "ms"), benchline.Figure{Name: "outside-ledger-p50-" + rate, Value: ms(r.ledgerP50), Unit: "ms"})
-		benchline.PrintVs(w, fig("p99", ms(r.p99), "ms"), benchline.Figure{Name: "outside-ledger-p99-" + rate, Value: ms(r.ledgerP99), Unit: "ms"})
-		benchline.PrintVs(w, fig("accepted", r.perSec, "/s"), benchline.Figure{Name: "outside-offered-" + rate, Value: r.offered, Unit: "/s"})
-	} else {
-		benchline.PrintVs(w, fig("p50", ms(r.p50), "ms"), benchline.Figure{Name: "outside-p50-" + rate, Value: ms(base.p50), Unit: "ms"})
-		benchline.PrintVs(w, fig("p99", ms(r.p99), "ms"), benchline.Figure{Name: "outside-p99-" + rate, Value: ms(base.p99), Unit: "ms"})
-		benchline.PrintVs(w, fig("accepted", r.perSec, "/s"), benchline.Figure{Name: "outside-accepted-" + rate, Value: base.perSec, Unit: "/s"})
+	// Baselines: the same changes' acceptance and the offered rate, or base's figures.
+	bp50 := benchline.Figure{Name: "outside-ledger-p50-" + rate, Value: ms(r.ledgerP50), Unit: "ms"}
+	bp99 := benchline.Figure{Name: "outside-ledger-p99-" + rate, Value: ms(r.ledgerP99), Unit: "ms"}
+	brate := benchline.Figure{Name: "outside-offered-" + rate, Value: r.offered, Unit: "/s"}
+	if base != nil {
+		bp50 = benchline.Figure{Name: "outside-p50-" + rate, Value: ms(base.p50), Unit: "ms"}
+		bp99 = benchline.Figure{Name: "outside-p99-" + rate, Value: ms(base.p99), Unit: "ms"}
+		brate = benchline.Figure{Name: "outside-accepted-" + rate, Value: base.perSec, Unit: "/s"}
 	}
+	benchline.PrintVs(w, fig("p50", ms(r.p50), "ms"), bp50)
+	benchline.PrintVs(w, fig("p99", ms(r.p99), "ms"), bp99)
+	benchline.PrintVs(w, fig("accepted", r.perSec, "/s"), brate)
 	benchline.Print(w, fig("superseded", 100*float64(r.superseded)/float64(max(r.changes, 1)), "%"))
 	benchline.Print(w, fig("dev-cpu", share(r.devCPU, r.elapsed), "%")) // of one core
 }
