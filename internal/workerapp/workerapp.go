@@ -58,13 +58,27 @@ type Config struct {
 
 // workerOptions keeps enough pollers waiting that the server can hand tasks over directly
 // (sync match) instead of persisting them, which matters under a steady stream of updates.
+//
+// StickyScheduleToStartTimeout is how long a workflow task waits on this worker's sticky
+// queue before the server hands it to the normal queue, where whichever worker takes it
+// replays the workflow's whole history. The SDK's default, 5 s, is shorter than the queue
+// a live worker has when updates arrive faster than it carries them: at 150-250 offered
+// updates/s over 1,000 subscriptions (the throughput bench, issue 16) tasks that waited past
+// 5 s were timed out and replayed in full, which cost more CPU per update, so that more tasks
+// waited past 5 s: the bench's slow regime (p99 12-18 s, 0.02-0.2 timed-out workflow tasks
+// per accepted update). At 30 s none timed out in the same runs (five at 250/s, three at 150/s;
+// TestStickyTaskWaitsForABusyWorker). The price: tasks queued for
+// a worker that is gone wait up to this long before another worker (or its successor) takes
+// them. Only those already queued: the server sends new tasks to the normal queue once the
+// worker has stopped (it says so on Stop) or no poll of its has been seen for 10 s.
 var workerOptions = worker.Options{
 	MaxConcurrentWorkflowTaskPollers: 8,
 	MaxConcurrentActivityTaskPollers: 8,
+	StickyScheduleToStartTimeout:     30 * time.Second,
 }
 
-// WorkerOptions returns the worker options mcpsync's workers run with (its poller counts), for
-// a bench's floor to run with the same.
+// WorkerOptions returns the worker options mcpsync's workers run with (its poller counts and
+// sticky schedule-to-start timeout), for a bench's floor to run with the same.
 func WorkerOptions() worker.Options { return workerOptions }
 
 // Worker is a running mcpsync worker.
