@@ -26,8 +26,7 @@ func stickyWaiter(ctx workflow.Context) error {
 }
 
 // stickyBlocker, on its signal "block", holds the slot of its workflow task for stickyHold:
-// its code does not yield meanwhile (a local activity would not do: the SDK frees the slot
-// while one runs).
+// its code does not yield meanwhile.
 func stickyBlocker(ctx workflow.Context) error {
 	workflow.GetSignalChannel(ctx, "block").Receive(ctx, nil)
 	time.Sleep(stickyHold)
