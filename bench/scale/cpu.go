@@ -16,11 +16,15 @@ import (
 // with its children (the stdio MCP server), what starts the workflows (the bulk `mcpsync
 // subscribe`; for the floor, this process, which is also the floor's worker), mcpsync-dev (the
 // embedded Temporal server) and its PostgreSQL cluster (every backend, the ended ones through
-// the postmaster's children times), and each database's active time (pg_stat_database: time
-// spent running statements, waits included).
+// the postmaster's children times), each database's active time (pg_stat_database: time
+// spent running statements, waits included) and the CPU time of each client backend with
+// the database it serves (what splits PostgreSQL's CPU between the ledger, Temporal's store
+// and its visibility store: active time is no measure of that, since it counts waits).
 type cpuSet struct {
 	worker, starter, dev, pg time.Duration
 	db                       map[string]pgstat.DB
+	backends                 map[int]pgstat.Backend
+	dbCPU                    map[string]time.Duration // set by sub
 }
 
 // readCPU reads the CPU times of worker (0: none, e.g. the floor's worker in this process)
@@ -41,15 +45,24 @@ func readCPU(ctx context.Context, conn *pgx.Conn, worker, dev int) (cpuSet, erro
 		return s, nil
 	}
 	var err error
-	s.db, err = pgstat.Databases(ctx, conn)
-	return s, err
+	if s.db, err = pgstat.Databases(ctx, conn); err != nil {
+		return s, err
+	}
+	if s.backends, err = pgstat.Backends(ctx, conn); err != nil {
+		return s, err
+	}
+	for pid, b := range s.backends {
+		b.CPU = all[pid].Own // a backend that ended since the look at /proc: zero, not counted
+		s.backends[pid] = b
+	}
+	return s, nil
 }
 
 // sub is the CPU used between earlier and s.
 func (s cpuSet) sub(earlier cpuSet) cpuSet {
 	return cpuSet{
 		worker: s.worker - earlier.worker, starter: s.starter - earlier.starter, dev: s.dev - earlier.dev, pg: s.pg - earlier.pg,
-		db: pgstat.Sub(s.db, earlier.db),
+		db: pgstat.Sub(s.db, earlier.db), dbCPU: pgstat.CPUByDB(s.backends, earlier.backends),
 	}
 }
 
@@ -77,8 +90,21 @@ func printCPU(prefix string, n int, d cpuSet, baseN int, base *cpuSet) {
 	if d.worker > 0 { // the floor's worker is this process, counted as its starter
 		line("cpu-worker", d.worker, 0, false)
 	}
-	// The databases of the stack, not the few transactions of its housekeeping.
-	for _, name := range pgstat.Busy(d.db, n, 0.05) {
+	// The databases of the stack, not the few transactions of its housekeeping: the CPU of
+	// their backends, then their active time (waits included) and transactions.
+	busy := pgstat.Busy(d.db, n, 0.05)
+	var inDBs time.Duration
+	for _, name := range busy {
+		_, inBase := b.dbCPU[name]
+		line("cpu-postgres-"+name, d.dbCPU[name], b.dbCPU[name], inBase)
+		inDBs += d.dbCPU[name]
+	}
+	if len(busy) > 0 {
+		// Background processes (WAL writer, checkpointer, autovacuum), the other databases
+		// and backends that ended while the starts ran.
+		line("cpu-postgres-other", d.pg-inDBs, 0, false)
+	}
+	for _, name := range busy {
 		v := d.db[name]
 		fmt.Printf("bench: %s-pg-active-%s-per-start %.2f ms, %.1f transactions\n", prefix, name, per(v.Active, n), float64(v.Xacts)/float64(n))
 	}

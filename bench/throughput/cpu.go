@@ -31,6 +31,11 @@ type cpuReading struct {
 	// db is each database's statistics on the ledger's cluster (with the embedded server's
 	// postgres persistence, Temporal's databases are on it too), by role (dbRole).
 	db map[string]pgstat.DB
+	// backends is each client backend of that cluster with its database's role and its CPU
+	// time so far; dbCPU, set by sub, what each role's backends used (active time counts
+	// waits, so only this splits PostgreSQL's CPU between the ledger and Temporal's stores).
+	backends map[int]pgstat.Backend
+	dbCPU    map[string]time.Duration
 }
 
 // readCPU reads the machine's CPU time, the stack's processes' (workerPID 0: none) and the
@@ -44,6 +49,13 @@ func readCPU(ctx context.Context, pool pgstat.Querier, ledgerDB string, workerPI
 		for name, v := range dbs {
 			r.db[dbRole(name, ledgerDB)] = v
 		}
+	}
+	if bs, err := pgstat.Backends(ctx, pool); err == nil {
+		for pid, b := range bs {
+			// A backend that ended since the look at /proc: zero, not counted.
+			bs[pid] = pgstat.Backend{DB: dbRole(b.DB, ledgerDB), CPU: all[pid].Own}
+		}
+		r.backends = bs
 	}
 	m, _ := cpustat.Machine()
 	r.busy, r.total, r.kernel = m.Busy, m.Total, m.Kernel
@@ -81,6 +93,9 @@ func (r cpuReading) sub(earlier cpuReading) cpuReading {
 	}
 	if r.db != nil && earlier.db != nil {
 		d.db = pgstat.Sub(r.db, earlier.db)
+	}
+	if r.backends != nil && earlier.backends != nil {
+		d.dbCPU = pgstat.CPUByDB(r.backends, earlier.backends)
 	}
 	return d
 }
@@ -174,6 +189,19 @@ func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 		figure("pg-xacts-"+role+"-per-update", "transactions", xacts)
 		figure("pg-active-"+role+"-per-update", "ms", active)
 	}
+	// The CPU of each database's backends per update (the floor's beside it where the floor
+	// used that database).
+	for _, role := range pgstat.Busy(e2e.used.db, max(e2e.updates, 1), 0.05) {
+		if e2e.used.dbCPU == nil {
+			break
+		}
+		cpu := func(c cpuCost) float64 { return c.perUpdate(c.used.dbCPU[role]) }
+		if _, ok := fl.dbCPU(role); ok {
+			figure("cpu-postgres-"+role+"-per-update", "ms", cpu)
+			continue
+		}
+		benchline.Print(out, benchline.Figure{Name: fmt.Sprintf("e2e-cpu-postgres-%s-per-update-%d", role, n), Value: cpu(e2e), Unit: "ms"})
+	}
 	if e2e.idle.total > 0 {
 		figure("idle-cores", "cores", func(c cpuCost) float64 { return c.idle.cores(c.idle.busy) })
 		figure("cpu-marginal-per-update", "ms", cpuCost.marginal)
@@ -193,6 +221,15 @@ func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 	if fl != nil {
 		benchline.PrintVs(out, at("floor", *fl), cores)
 	}
+}
+
+// dbCPU is the CPU of role's backends in c's phase, and whether c (nil: none) measured it.
+func (c *cpuCost) dbCPU(role string) (time.Duration, bool) {
+	if c == nil || c.used.dbCPU == nil {
+		return 0, false
+	}
+	v, ok := c.used.dbCPU[role]
+	return v, ok
 }
 
 // describe says what the readings cover, for the run's log.

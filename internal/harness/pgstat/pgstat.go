@@ -70,3 +70,50 @@ func Busy(d map[string]DB, n int, minPer float64) []string {
 	slices.Sort(names)
 	return names
 }
+
+// Backend is one client backend of a cluster: the database it is connected to and the CPU
+// time (user + system) it has used so far.
+type Backend struct {
+	DB  string
+	CPU time.Duration
+}
+
+// Backends reads which database each client backend of q's cluster serves, by process ID,
+// the reader's own included (a pool reads through a different one each time, and a backend
+// left out of one reading would count whole in the next). The CPU times are the caller's to
+// fill in (cpustat), since PostgreSQL does not report them.
+func Backends(ctx context.Context, q Querier) (map[int]Backend, error) {
+	rows, err := q.Query(ctx, `SELECT pid, datname FROM pg_stat_activity
+		WHERE datname IS NOT NULL AND backend_type = 'client backend'`)
+	if err != nil {
+		return nil, fmt.Errorf("pg_stat_activity: %w", err)
+	}
+	defer rows.Close()
+	out := map[int]Backend{}
+	for rows.Next() {
+		var pid int
+		var name string
+		if err := rows.Scan(&pid, &name); err != nil {
+			return nil, err
+		}
+		out[pid] = Backend{DB: name}
+	}
+	return out, rows.Err()
+}
+
+// CPUByDB is the CPU each database's backends used between two readings of Backends: a
+// backend in both counts what it used since earlier, one new in later (or whose process ID
+// now serves another database) counts whole, and one that ended in between is not counted —
+// its time is only in the cluster's total, so the sum of the result is a lower bound of the
+// backends' CPU, exact when no backend ended.
+func CPUByDB(later, earlier map[int]Backend) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for pid, b := range later {
+		used := b.CPU
+		if e, ok := earlier[pid]; ok && e.DB == b.DB && e.CPU <= b.CPU {
+			used -= e.CPU
+		}
+		out[b.DB] += used
+	}
+	return out
+}

@@ -78,3 +78,57 @@ func TestDatabases(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+func TestCPUByDB(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	earlier := map[int]pgstat.Backend{
+		10: {DB: "ledger", CPU: ms(100)},
+		11: {DB: "ledger", CPU: ms(50)},
+		12: {DB: "temporal", CPU: ms(70)}, // ended before later
+		13: {DB: "temporal", CPU: ms(900)},
+	}
+	later := map[int]pgstat.Backend{
+		10: {DB: "ledger", CPU: ms(160)},   // 60 since earlier
+		11: {DB: "ledger", CPU: ms(50)},    // idle
+		13: {DB: "visibility", CPU: ms(5)}, // the process ID reused by a new backend: whole
+		14: {DB: "temporal", CPU: ms(30)},  // new: whole
+	}
+	want := map[string]time.Duration{"ledger": ms(60), "temporal": ms(30), "visibility": ms(5)}
+	if diff := cmp.Diff(want, pgstat.CPUByDB(later, earlier)); diff != "" {
+		t.Errorf("CPUByDB (-want +got):\n%s", diff)
+	}
+}
+
+// The real pg_stat_activity: each connection's backend is listed under its database, the
+// reader's own too.
+func TestBackends(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewEmptyDB(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	admin, err := pgx.Connect(ctx, pgtest.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	pid := func(c *pgx.Conn) int {
+		var pid int
+		if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	connPID, adminPID := pid(conn), pid(admin)
+	bs, err := pgstat.Backends(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]pgstat.Backend{connPID: {DB: conn.Config().Database}, adminPID: {DB: admin.Config().Database}}
+	got := map[int]pgstat.Backend{connPID: bs[connPID], adminPID: bs[adminPID]}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("backends (-want +got):\n%s", diff)
+	}
+}
