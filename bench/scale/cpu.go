@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,10 +94,10 @@ func printCPU(prefix string, n int, d cpuSet, baseN int, base *cpuSet) {
 	// The databases of the stack, not the few transactions of its housekeeping: the CPU of
 	// their backends, then their active time (waits included) and transactions.
 	busy := pgstat.Busy(d.db, n, 0.05)
+	baseBusy := pgstat.Busy(b.db, baseN, 0.05) // the floor's cluster has an idle ledger database
 	var inDBs time.Duration
 	for _, name := range busy {
-		_, inBase := b.dbCPU[name]
-		line("cpu-postgres-"+name, d.dbCPU[name], b.dbCPU[name], inBase)
+		line("cpu-postgres-"+name, d.dbCPU[name], b.dbCPU[name], slices.Contains(baseBusy, name))
 		inDBs += d.dbCPU[name]
 	}
 	if len(busy) > 0 {
