@@ -53,7 +53,7 @@ func readCPU(ctx context.Context, conn *pgx.Conn, worker, dev int) (cpuSet, erro
 		return s, err
 	}
 	for pid, b := range s.backends {
-		b.CPU = all[pid].Own // a backend that ended since the look at /proc: zero, not counted
+		b.CPU = all[pid].Own // started since the look at /proc: zero now, whole in the next reading
 		s.backends[pid] = b
 	}
 	return s, nil

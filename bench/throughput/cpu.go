@@ -52,7 +52,7 @@ func readCPU(ctx context.Context, pool pgstat.Querier, ledgerDB string, workerPI
 	}
 	if bs, err := pgstat.Backends(ctx, pool); err == nil {
 		for pid, b := range bs {
-			// A backend that ended since the look at /proc: zero, not counted.
+			// Started since the look at /proc: zero now, whole in the next reading.
 			bs[pid] = pgstat.Backend{DB: dbRole(b.DB, ledgerDB), CPU: all[pid].Own}
 		}
 		r.backends = bs
