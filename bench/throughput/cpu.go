@@ -193,12 +193,14 @@ func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 	// used that database).
 	for _, role := range pgstat.Busy(e2e.used.db, max(e2e.updates, 1), 0.05) {
 		if e2e.used.dbCPU == nil {
-			break
+			break // the backends could not be read
 		}
 		cpu := func(c cpuCost) float64 { return c.perUpdate(c.used.dbCPU[role]) }
-		if _, ok := fl.dbCPU(role); ok {
-			figure("cpu-postgres-"+role+"-per-update", "ms", cpu)
-			continue
+		if fl != nil {
+			if _, ok := fl.used.dbCPU[role]; ok {
+				figure("cpu-postgres-"+role+"-per-update", "ms", cpu)
+				continue
+			}
 		}
 		benchline.Print(out, benchline.Figure{Name: fmt.Sprintf("e2e-cpu-postgres-%s-per-update-%d", role, n), Value: cpu(e2e), Unit: "ms"})
 	}
@@ -221,15 +223,6 @@ func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 	if fl != nil {
 		benchline.PrintVs(out, at("floor", *fl), cores)
 	}
-}
-
-// dbCPU is the CPU of role's backends in c's phase, and whether c (nil: none) measured it.
-func (c *cpuCost) dbCPU(role string) (time.Duration, bool) {
-	if c == nil || c.used.dbCPU == nil {
-		return 0, false
-	}
-	v, ok := c.used.dbCPU[role]
-	return v, ok
 }
 
 // describe says what the readings cover, for the run's log.
