@@ -270,7 +270,7 @@ func run(ctx context.Context, c config) error {
 	// The bulk subscribe (10,000 ACTIVE, and the RSS and cache at 10,000: the headline
 	// figures) may use -budget up to the quiet probe and stopReserve; the re-read storm gets
 	// what is left, and says how far it got when that is not enough.
-	phase1End := c.phaseDeadline(began, stopReserve+probe)
+	phase1End := c.phaseDeadline(began, c.stopReserve()+probe)
 	tActive, done, err := poll(ctx, phase1End, func(el time.Duration) (bool, error) {
 		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))
 		if el >= nextScrape {
@@ -369,10 +369,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	var lastReread int
-	phase2End := killed.Add(timeout)
-	if !c.deadline.IsZero() && c.deadline.Add(-stopReserve).Before(phase2End) {
-		phase2End = c.deadline.Add(-stopReserve) // the stop keeps its whole reserve
-	}
+	phase2End := c.stormDeadline(killed)
 	tReread, done, err := poll(ctx, phase2End, func(el time.Duration) (bool, error) {
 		peak = peak.max(readRSS(worker.Process.Pid, dev.Process.Pid))
 		if el >= nextScrape {
@@ -421,8 +418,28 @@ func run(ctx context.Context, c config) error {
 	return nil
 }
 
-// stopReserve is the part of -budget kept for stopping the worker and mcpsync-dev.
-const stopReserve = 40 * time.Second
+// stormDeadline is when the re-read storm that began at killed must stop: -timeout after it,
+// or earlier where the stop's whole reserve begins.
+func (c config) stormDeadline(killed time.Time) time.Time {
+	end := killed.Add(c.timeout)
+	if r := c.stopReserve(); !c.deadline.IsZero() && c.deadline.Add(-r).Before(end) {
+		end = c.deadline.Add(-r)
+	}
+	return end
+}
+
+// stopReserve is the part of -budget kept for stopping the worker and mcpsync-dev: 40 s
+// (devstack.StopProcs waits 30 s before it kills, then the data is removed), or a fifth of a
+// budget under 200 s. A small run (`make bench-quick`: 200 subscriptions, -budget 70s) stops
+// in seconds, and the whole 40 s would leave its re-read storm no time at all: it was cut
+// at 0 s and printed 0 of 200 re-read.
+func (c config) stopReserve() time.Duration {
+	const full = 40 * time.Second
+	if c.deadline.IsZero() {
+		return full
+	}
+	return min(full, c.deadline.Sub(c.started)/5)
+}
 
 // stopReason says why a phase that began at began stopped at end.
 func stopReason(c config, end, began time.Time) string {
