@@ -5,3 +5,6 @@ var Parse = parse
 
 // ParseMachine is parseMachine, for tests.
 var ParseMachine = parseMachine
+
+// MachineOf is machineOf, for tests.
+var MachineOf = machineOf

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Descendants lists the processes below pid in all (a snapshot from All), children before
@@ -45,7 +47,7 @@ func Comm(pid int) string {
 	return strings.TrimSpace(string(b))
 }
 
-// MachineTime is the CPU time of the whole machine so far, every CPU's summed.
+// MachineTime is CPU time so far, every CPU's read (see Machine) summed.
 type MachineTime struct {
 	// Busy is the time in user, nice, system, irq, softirq and steal.
 	Busy time.Duration
@@ -55,23 +57,56 @@ type MachineTime struct {
 	Kernel time.Duration
 }
 
-// Machine reads the machine's CPU time from the first line of /proc/stat; ok is false when
-// it cannot be read.
+// Machine reads the CPU time of the CPUs this process may run on (its affinity, as `taskset`
+// restricts it and its children) from their lines of /proc/stat: the whole machine's when
+// nothing restricts it, so that a benchmark pinned to one core reports that core's busy share.
+// ok is false when it cannot be read.
 func Machine() (t MachineTime, ok bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return MachineTime{}, false
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return parseMachine(line)
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		return parseMachine(line)
+	}
+	return machineOf(string(b), set.IsSet)
+}
+
+// machineOf adds up the lines of the single CPUs ("cpuN …") of a /proc/stat text whose N
+// allowed accepts; with every CPU allowed that is the aggregate line, up to rounding. ok is
+// false when no such line could be read.
+func machineOf(stat string, allowed func(cpu int) bool) (t MachineTime, ok bool) {
+	for _, line := range strings.Split(stat, "\n") {
+		name, _, _ := strings.Cut(line, " ")
+		n, err := strconv.Atoi(strings.TrimPrefix(name, "cpu"))
+		if !strings.HasPrefix(name, "cpu") || err != nil || !allowed(n) {
+			continue
+		}
+		c, cok := parseTicks(line)
+		if !cok {
+			return MachineTime{}, false
+		}
+		t.Busy, t.Total, t.Kernel, ok = t.Busy+c.Busy, t.Total+c.Total, t.Kernel+c.Kernel, true
+	}
+	return t, ok
 }
 
 // parseMachine reads the aggregate line of /proc/stat: "cpu user nice system idle iowait irq
-// softirq steal [guest guest_nice]" in USER_HZ ticks. guest and guest_nice are already counted
-// in user and nice.
+// softirq steal [guest guest_nice]" in USER_HZ ticks.
 func parseMachine(line string) (MachineTime, bool) {
+	if f := strings.Fields(line); len(f) == 0 || f[0] != "cpu" {
+		return MachineTime{}, false
+	}
+	return parseTicks(line)
+}
+
+// parseTicks reads the times of a line of /proc/stat, the aggregate or one CPU's. guest and
+// guest_nice are already counted in user and nice.
+func parseTicks(line string) (MachineTime, bool) {
 	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
+	if len(f) < 9 {
 		return MachineTime{}, false
 	}
 	var t [8]int64

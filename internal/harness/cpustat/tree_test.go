@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -66,8 +67,9 @@ func TestMachine(t *testing.T) {
 	if d := m1.Busy - m0.Busy; d < 280*time.Millisecond {
 		t.Errorf("busy grew by %v after burning 300ms", d)
 	}
-	// Every CPU's time passes whether busy or not (ticks of 10 ms; allow two per CPU).
-	cpus := time.Duration(len(perCPULines(t)))
+	// Every CPU's time passes whether busy or not (ticks of 10 ms; allow two per CPU), on the
+	// CPUs this process may run on (all of them unless taskset restricts it).
+	cpus := time.Duration(runtime.NumCPU())
 	if d, el := m1.Total-m0.Total, time.Since(wall); d < cpus*(el-20*time.Millisecond)/2 || m1.Busy > m1.Total {
 		t.Errorf("total grew by %v in %v on %d CPUs (busy %v of %v)", d, el, cpus, m1.Busy, m1.Total)
 	}
@@ -95,19 +97,41 @@ func TestMachine(t *testing.T) {
 	}
 }
 
-// perCPULines are the lines of /proc/stat of single CPUs (cpu0, cpu1, …).
-func perCPULines(t *testing.T) []string {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		t.Fatal(err)
+// The CPUs a process may run on are added up from their own lines of /proc/stat: one of two
+// is that CPU's time, all of them the aggregate's (a benchmark under `taskset -c 0` read the
+// whole machine before, half of it idle, and printed a one-core run as half busy).
+func TestMachineOf(t *testing.T) {
+	const stat = `cpu  300 0 150 1550 0 0 0 0 0 0
+cpu0 100 0 50 850 0 0 0 0 0 0
+cpu1 200 0 100 700 0 0 0 0 0 0
+intr 12345 0 0
+ctxt 678
+`
+	tests := []struct {
+		name    string
+		stat    string
+		allowed []int
+		want    cpustat.MachineTime
+		ok      bool
+	}{
+		{"CPU 0 only", stat, []int{0}, cpustat.MachineTime{Busy: 1500 * time.Millisecond, Total: 10 * time.Second, Kernel: 500 * time.Millisecond}, true},
+		{"CPU 1 only", stat, []int{1}, cpustat.MachineTime{Busy: 3 * time.Second, Total: 10 * time.Second, Kernel: time.Second}, true},
+		{"both: the aggregate", stat, []int{0, 1}, cpustat.MachineTime{Busy: 4500 * time.Millisecond, Total: 20 * time.Second, Kernel: 1500 * time.Millisecond}, true},
+		{"none of them", stat, []int{7}, cpustat.MachineTime{}, false},
+		{"an allowed line broken", strings.Replace(stat, "cpu1 200", "cpu1 x", 1), []int{0, 1}, cpustat.MachineTime{}, false},
 	}
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "cpu") && !strings.HasPrefix(l, "cpu ") {
-			out = append(out, l)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := cpustat.MachineOf(tt.stat, func(n int) bool { return slices.Contains(tt.allowed, n) })
+			if diff := cmp.Diff([]any{tt.want, tt.ok}, []any{got, ok}); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
-	return out
+	agg, _ := cpustat.ParseMachine(strings.SplitN(stat, "\n", 2)[0])
+	if all, _ := cpustat.MachineOf(stat, func(int) bool { return true }); all != agg {
+		t.Errorf("every CPU's lines add up to %+v, the aggregate line says %+v", all, agg)
+	}
 }
 
 // A live child that used CPU: Descendants finds it, Comm names it, and TreeTime counts its CPU
