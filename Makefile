@@ -101,8 +101,11 @@ conformance:
 ## subscriptions and the demo source added. OUTSIDEBENCHFLAGS passes flags.
 ## A benchmark that fails does not stop the others; the target fails at the end naming it.
 ## bench-quick: the same benchmarks at small sizes (goal: under 3 minutes; its budgets,
-## BENCH_QUICK_BUDGET_<step>, are only a guard against a hang); the *FLAGS above still apply
-## and override the small sizes.
+## BENCH_QUICK_BUDGET_<step>, are only a guard against a hang), without the two parts that
+## each start a server of their own for a baseline: the throughput benchmark's in-memory
+## variant and the scale benchmark's start-phase floor (`make bench` has both); the *FLAGS
+## above still apply and override the small sizes (SCALEBENCHFLAGS=-floor=200 brings the
+## floor back).
 BENCH_GOAL                   ?= 1200
 BENCH_BUDGET_build           ?= 70
 BENCH_BUDGET_machine         ?= 20
@@ -167,14 +170,14 @@ bench-quick:
 	@t0=$$(date +%s); failed=; \
 	$(call BENCH_BUILD_STEP,$(BENCH_QUICK_BUDGET_build)); \
 	$(call BENCH_STEP,machine,$(BENCH_QUICK_BUDGET_machine),$(BB)/mcpsync-bench machine -duration 200ms); \
-	$(call BENCH_STEP,throughput,$(BENCH_QUICK_BUDGET_throughput),$(BB)/mcpsync-bench throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 50 -rate 20 -duration 3s -step 2s -steps 1 -sample 20 -baseline 1s -memory 3s -idle 1s -budget $$(( $(BENCH_QUICK_BUDGET_throughput) - 20 ))s $(THROUGHPUTFLAGS)); \
+	$(call BENCH_STEP,throughput,$(BENCH_QUICK_BUDGET_throughput),$(BB)/mcpsync-bench throughput -worker-bin $(BIN)/mcpsync-worker -subscriptions 50 -rate 20 -duration 3s -step 2s -steps 1 -sample 20 -baseline 1s -memory 0s -idle 1s -budget $$(( $(BENCH_QUICK_BUDGET_throughput) - 20 ))s $(THROUGHPUTFLAGS)); \
 	$(call BENCH_STEP,storm,$(BENCH_QUICK_BUDGET_storm),$(BB)/mcpsync-bench gate --only storm --storm-resources 10 --storm-rounds 3); \
 	$(call BENCH_STEP,revoke,$(BENCH_QUICK_BUDGET_revoke),$(BB)/mcpsync-bench revoke -subscriptions 100 -principals 10 -indexes 3 -probes 20 $(BENCHFLAGS)); \
 	$(call BENCH_STEP,scan,$(BENCH_QUICK_BUDGET_scan),$(BB)/mcpsync-bench scan -resources 5000 -runs 1 $(SCANBENCHFLAGS)); \
 	$(call BENCH_STEP,ledger,$(BENCH_QUICK_BUDGET_ledger),$(BB)/mcpsync-bench ledger -duration 2s -rounds 1 -warmup 500ms -scale 1 $(LEDGERBENCHFLAGS)); \
 	$(call BENCH_STEP,prune,$(BENCH_QUICK_BUDGET_prune),$(BB)/mcpsync-bench prune -subscriptions 100 -sources 2 -hours 3 $(PRUNEBENCHFLAGS)); \
-	$(call BENCH_STEP,persistence,$(BENCH_QUICK_BUDGET_persistence),$(BB)/mcpsync-bench persistence -workflows 50 -rate 20 -duration 2s $(PERSISTBENCHFLAGS)); \
-	$(call BENCH_STEP,scale,$(BENCH_QUICK_BUDGET_scale),$(BB)/mcpsync-bench scale -bin $(BIN) -n 200 -probe 2s -budget $$(( $(BENCH_QUICK_BUDGET_scale) - 20 ))s $(SCALEBENCHFLAGS)); \
+	$(call BENCH_STEP,persistence,$(BENCH_QUICK_BUDGET_persistence),$(BB)/mcpsync-bench persistence -workflows 50 -rate 20 -duration 1s $(PERSISTBENCHFLAGS)); \
+	$(call BENCH_STEP,scale,$(BENCH_QUICK_BUDGET_scale),$(BB)/mcpsync-bench scale -bin $(BIN) -n 200 -floor 0 -probe 2s -budget $$(( $(BENCH_QUICK_BUDGET_scale) - 20 ))s $(SCALEBENCHFLAGS)); \
 	$(call BENCH_STEP,gateway,$(BENCH_QUICK_BUDGET_gateway),$(BB)/mcpsync-bench gateway -agents 2 -duration 1s -updates 5 $(GATEWAYBENCHFLAGS)); \
 	$(call BENCH_STEP,outside,$(BENCH_QUICK_BUDGET_outside),$(BB)/mcpsync-bench outside -bin $(BIN) -subscriptions 10 -rates 10 -duration 2s -drain 3s -loaded=false $(OUTSIDEBENCHFLAGS)); \
 	$(call BENCH_END,$(BENCH_QUICK_GOAL))
