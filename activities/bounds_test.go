@@ -35,37 +35,11 @@ func TestTooLargeReadLeavesOnlyAReceipt(t *testing.T) {
 	srv := chaosmcp.New(chaosmcp.Options{})
 	t.Cleanup(func() { srv.Close() })
 	srv.Set(u, "small\n", "text/plain")
-	hs, err := srv.StartHTTP("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hs.Close() })
-	src, _, err := store.AddSource(ctx, ledger.SourceSpec{Name: "big", Transport: ledger.TransportHTTP, URL: hs.URL,
-		Connection: ledger.Connection{MaxBytes: maxBytes}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := store.GrantAccess(ctx, "p", src.ID, "test"); err != nil {
-		t.Fatal(err)
-	}
-	h := runHost(ctx, t, store, "host-big", zap.WarnLevel)
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	c, err := h.WaitSession(wctx, src.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen := c.Generation()
-	sub, err := store.EnsureSubscription(ctx, ledger.EnsureSpec{Principal: "p", SourceID: src.ID, URI: u, ServerURI: u, WorkflowID: "wf-big"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hs := hostSource(ctx, t, store, ledger.SourceSpec{Name: "big", Transport: ledger.TransportHTTP, URL: serveChaos(t, srv),
+		Connection: ledger.Connection{MaxBytes: maxBytes}}, true, "host-big", zap.WarnLevel)
+	src, h, gen := hs.src, hs.host, hs.gen
+	sub := hs.activeSubscription(ctx, t, u, "wf-big")
 	led := &activities.Ledger{Store: store}
-	for _, step := range []func(context.Context, contract.TransitionInput) (contract.TransitionOutput, error){led.BeginSubscribe, led.Activate} {
-		if out, err := step(ctx, contract.TransitionInput{SubscriptionID: sub.ID, Generation: sub.Generation, SessionGeneration: gen}); err != nil || out.Outcome != mcpsync.OutcomeTransitioned {
-			t.Fatalf("activate: %+v %v", out, err)
-		}
-	}
 	sa := &activities.Session{Host: h, Store: store}
 
 	type step struct {

@@ -3,7 +3,6 @@ package activities_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
@@ -33,26 +32,9 @@ func TestHostileServerStringsThroughHost(t *testing.T) {
 	srv := chaosmcp.New(chaosmcp.Options{Name: hostileName, Version: "1.0\x00"})
 	t.Cleanup(func() { srv.Close() })
 	srv.Put(chaosmcp.Resource{URI: uri, Name: "name\x00\r\u009b", MIMEType: hostileMIME, Text: "hello\n"})
-	hs, err := srv.StartHTTP("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hs.Close() })
-	src, _, err := store.AddSource(ctx, ledger.SourceSpec{Name: "hostile", Transport: ledger.TransportHTTP, URL: hs.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := store.GrantAccess(ctx, "p", src.ID, "test"); err != nil {
-		t.Fatal(err)
-	}
-	h := runHost(ctx, t, store, "host-hostile", zap.ErrorLevel)
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	c, err := h.WaitSession(wctx, src.ID, 0)
-	if err != nil {
-		t.Fatalf("no session for a server with a hostile serverInfo: %v", err)
-	}
-	gen := c.Generation()
+	// A server with a hostile serverInfo gets its session.
+	hs := hostSource(ctx, t, store, ledger.SourceSpec{Name: "hostile", Transport: ledger.TransportHTTP, URL: serveChaos(t, srv)}, true, "host-hostile", zap.ErrorLevel)
+	src, h, gen := hs.src, hs.host, hs.gen
 	sess, err := store.CurrentSession(ctx, src.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -94,16 +76,8 @@ func TestHostileServerStringsThroughHost(t *testing.T) {
 	}
 
 	// A read of the resource is accepted as a version.
-	sub, err := store.EnsureSubscription(ctx, ledger.EnsureSpec{Principal: "p", SourceID: src.ID, URI: uri, ServerURI: uri, WorkflowID: "wf-hostile"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := hs.activeSubscription(ctx, t, uri, "wf-hostile")
 	led := &activities.Ledger{Store: store}
-	for _, step := range []func(context.Context, contract.TransitionInput) (contract.TransitionOutput, error){led.BeginSubscribe, led.Activate} {
-		if out, err := step(ctx, contract.TransitionInput{SubscriptionID: sub.ID, Generation: sub.Generation, SessionGeneration: gen}); err != nil || out.Outcome != mcpsync.OutcomeTransitioned {
-			t.Fatalf("activate: %+v %v", out, err)
-		}
-	}
 	alloc, err := led.AllocateReadOrdinal(ctx, contract.AllocateInput{SubscriptionID: sub.ID, Generation: sub.Generation, SessionGeneration: gen, URI: uri, RequestID: "r1", Reason: mcpsync.ReasonNotification})
 	if err != nil || alloc.Outcome != mcpsync.OutcomeAllocated {
 		t.Fatalf("allocate: %+v %v", alloc, err)

@@ -82,18 +82,8 @@ func TestLocalSubscribe(t *testing.T) {
 	}
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
-	src, _, err := store.AddSource(ctx, ledger.SourceSpec{Name: "gated", Transport: ledger.TransportHTTP, URL: hs.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := runHost(ctx, t, store, "host-gated", zap.WarnLevel)
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	c, err := h.WaitSession(wctx, src.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen := c.Generation()
+	hosted := hostSource(ctx, t, store, ledger.SourceSpec{Name: "gated", Transport: ledger.TransportHTTP, URL: hs.URL}, false, "host-gated", zap.WarnLevel)
+	src, h, gen := hosted.src, hosted.host, hosted.gen
 	sess := &activities.Session{Host: h, Store: store}
 	here := &activities.LocalSubscribe{Session: sess}
 	elsewhere := &activities.LocalSubscribe{Session: &activities.Session{Store: store}}
