@@ -178,7 +178,8 @@ func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 	}
 	// Each of the stack's databases: transactions and active time per update (the floor's
 	// beside them only if the floor's phase was read too).
-	for _, role := range pgstat.Busy(e2e.used.db, max(e2e.updates, 1), 0.05) {
+	busy := pgstat.Busy(e2e.used.db, max(e2e.updates, 1), 0.05)
+	for _, role := range busy {
 		xacts := func(c cpuCost) float64 { return float64(c.used.db[role].Xacts) / float64(max(c.updates, 1)) }
 		active := func(c cpuCost) float64 { return c.perUpdate(c.used.db[role].Active) }
 		if fl != nil && fl.used.db == nil {
@@ -190,10 +191,10 @@ func printCPU(out io.Writer, n int, rate float64, e2e cpuCost, fl *cpuCost) {
 		figure("pg-active-"+role+"-per-update", "ms", active)
 	}
 	// The CPU of each database's backends per update (the floor's beside it where the floor
-	// used that database).
-	for _, role := range pgstat.Busy(e2e.used.db, max(e2e.updates, 1), 0.05) {
+	// used that database), when the backends could be read.
+	for _, role := range busy {
 		if e2e.used.dbCPU == nil {
-			break // the backends could not be read
+			break
 		}
 		cpu := func(c cpuCost) float64 { return c.perUpdate(c.used.dbCPU[role]) }
 		if fl != nil {
