@@ -72,7 +72,9 @@ conformance:
 ## entity workflow at the same rate on the same server), a raw go-sdk read loop, history events
 ## and workflow tasks per update, the saturation point (p99 <= 1 s), and the same workload on
 ## the in-memory Temporal test server beside it (memory-* figures, labelled). With
-## TEMPORAL_ADDRESS set it runs against that cluster. THROUGHPUTFLAGS passes flags (see -help).
+## TEMPORAL_ADDRESS set it runs against that cluster. THROUGHPUTFLAGS passes flags (see -help):
+## THROUGHPUTFLAGS=-floor-update also runs the floor with each update a Temporal workflow update
+## instead of a signal (floor-update-* beside the floor's figures; ≈ 45 s more).
 ## Read amplification (R27): the gate's storm section, 100 duplicate notifications per change.
 ## Revocation latency (R29): p50/p99 from `mcpsync revoke` to every derived index's
 ## invalidation delivered to its outbox consumer, over 1,000 subscriptions and 10 indexes, with

@@ -10,6 +10,10 @@
 //   - the floor (internal/harness/floor): the simplest entity workflow per subscription —
 //     signal, one no-op local activity, loop — at the same offered rate over N workflows;
 //     mcpsync's accepted/s over the floor's is the ratio issue 16 asks ≥ 0.7 of;
+//   - with -floor-update, the floor again with each update delivered as a workflow update
+//     instead of a signal (floor-update-* beside the floor's figures): what a delivery costs
+//     when the server dispatches it in a speculative workflow task, persisted once when the
+//     task completes, against a signal, persisted on arrival and again when its task starts;
 //   - a raw go-sdk read loop against the same MCP server: what one client can read;
 //   - history events and workflow tasks per accepted update, for mcpsync and the floor, from the
 //     histories (GetWorkflowHistory) of a sample of their workflows over the measured window;
@@ -41,6 +45,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -84,6 +89,7 @@ type config struct {
 	workerBin   string
 	sample      int
 	noFloor     bool
+	floorUpdate bool
 	cpuProfile  string
 	memory      time.Duration
 	idle        time.Duration
@@ -107,6 +113,7 @@ func Main() {
 	flag.StringVar(&c.workerBin, "worker-bin", "", "mcpsync-worker binary for -worker process (empty: go build ./worker into a temporary directory)")
 	flag.IntVar(&c.sample, "sample", 100, "workflows whose histories are counted for events per update")
 	flag.BoolVar(&c.noFloor, "no-floor", false, "skip the floor")
+	flag.BoolVar(&c.floorUpdate, "floor-update", false, "also measure the floor with workflow updates instead of signals, after the floor (printed as floor-update-*)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the mcpsync measurement phase to this file")
 	flag.DurationVar(&c.memory, "memory", 20*time.Second, "with the embedded server: also measure the in-memory variant (temporaltest) at -rate for this long on a fresh stack, printed as memory-* beside the embedded figures (0: skip)")
 	flag.DurationVar(&c.idle, "idle", 3*time.Second, "how long the stack's idle CPU is measured, before the floor and after the subscribe (0: not measured; the CPU figures are then gross)")
@@ -114,6 +121,10 @@ func Main() {
 	flag.Parse()
 	if flag.NArg() > 0 || c.n <= 0 || !(c.rate > 0) || math.IsInf(c.rate, 0) || c.duration <= 0 || c.sample < 0 || c.steps < 0 || c.memory < 0 || c.idle < 0 || c.budget < 0 || c.step < 0 || c.baseline <= 0 {
 		fmt.Fprintln(os.Stderr, "throughput: bad arguments (see -help): -subscriptions, -rate, -duration, -baseline must be positive (-rate finite), -memory, -idle, -budget, -step, -steps, -sample not negative, no positional arguments")
+		os.Exit(2)
+	}
+	if c.noFloor && c.floorUpdate {
+		fmt.Fprintln(os.Stderr, "throughput: -floor-update measures the floor a second way and needs the floor: drop -no-floor")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -236,21 +247,17 @@ func run(ctx context.Context, c config) error {
 			}
 			fmt.Printf("throughput: CPU of the stack idle, nothing subscribed (%s): %s\n", c.idle, flCPU.idle.describe())
 		}
-		t := time.Now()
-		// The floor's offered phase is known only afterwards: its CPU comes from readings
-		// taken all along.
-		samples := cpustat.Sample(200*time.Millisecond, read)
-		fl, err = floor.Run(ctx, st.Client, fmt.Sprintf("floor-bench-%d", os.Getpid()), c.n, c.rate, c.duration)
-		samples.Stop()
-		if err != nil {
+		if fl, flCPU.used, err = runFloor(ctx, st, c, read, "floor", floor.Options{}); err != nil {
 			return err
 		}
-		flCPU.used, flCPU.updates = samples.At(fl.Start.Add(fl.Span)).sub(samples.At(fl.Start)), fl.Accepted
-		fmt.Printf("throughput: floor done in %s: %d signals, %d local activities, %d repeated, %d signal calls failed %q, %d workflows left unterminated\n",
-			time.Since(t).Round(time.Millisecond), fl.Sent, fl.Accepted, fl.Repeated, fl.SignalErrors, fl.SignalErrorSample, fl.Unterminated)
-		// Said now, so that a later phase that fails does not take the floor's figures with it.
-		fmt.Printf("throughput: floor at %.0f/s offered: %.1f accepted/s, p50 %.0f ms, p99 %.0f ms (never accepted counted as infinitely late)\n",
-			fl.Offered, fl.AcceptedPerSec, ms(fl.P50All), ms(fl.P99All))
+		flCPU.updates = fl.Accepted
+		if c.floorUpdate {
+			flU, used, err := runFloor(ctx, st, c, read, "floor with workflow updates", floor.Options{Update: true})
+			if err != nil {
+				return err
+			}
+			printFloorUpdate(os.Stdout, c.n, fl, flCPU, flU, cpuCost{used: used, updates: flU.Accepted})
+		}
 	}
 
 	e, err := prepare(ctx, st, c.n, time.Now().Add(min(5*time.Minute, b.left()-c.duration-c.baseline-30*time.Second)))
@@ -453,6 +460,49 @@ func run(ctx context.Context, c config) error {
 		fmt.Printf("throughput: memory-* is the in-memory Temporal test server (temporaltest, in-memory SQLite, not durable; ledger fsync off), measured for %s; its baseline is the embedded default above\n", c.memory)
 	}
 	return nil
+}
+
+// runFloor runs the floor with opts at c's rate over c.n entities and returns it with the CPU
+// its offered phase used (the phase is known only afterwards: its CPU comes from readings
+// taken all along). It says what it measured at once, so that a later phase that fails does
+// not take the floor's figures with it.
+func runFloor(ctx context.Context, st *localstack.Stack, c config, read func() cpuReading, label string, opts floor.Options) (floor.Result, cpuReading, error) {
+	t := time.Now()
+	queue := fmt.Sprintf("floor-bench-%d", os.Getpid())
+	if opts.Update {
+		queue += "-update"
+	}
+	samples := cpustat.Sample(200*time.Millisecond, read)
+	fl, err := floor.RunWithOptions(ctx, st.Client, queue, c.n, c.rate, c.duration, opts)
+	samples.Stop()
+	if err != nil {
+		return floor.Result{}, cpuReading{}, err
+	}
+	used := samples.At(fl.Start.Add(fl.Span)).sub(samples.At(fl.Start))
+	fmt.Printf("throughput: %s done in %s: %d sent, %d local activities, %d repeated, %d calls failed %q, %d workflows left unterminated\n",
+		label, time.Since(t).Round(time.Millisecond), fl.Sent, fl.Accepted, fl.Repeated, fl.SignalErrors, fl.SignalErrorSample, fl.Unterminated)
+	fmt.Printf("throughput: %s at %.0f/s offered: %.1f accepted/s, p50 %.0f ms, p99 %.0f ms (never accepted counted as infinitely late)\n",
+		label, fl.Offered, fl.AcceptedPerSec, ms(fl.P50All), ms(fl.P99All))
+	return fl, used, nil
+}
+
+// printFloorUpdate prints the floor with workflow updates (flU, its cost cu) beside the floor
+// with signals (fl, its cost cf).
+func printFloorUpdate(out io.Writer, n int, fl floor.Result, cf cpuCost, flU floor.Result, cu cpuCost) {
+	fig := func(what string, v float64, unit string) benchline.Figure {
+		return benchline.Figure{Name: fmt.Sprintf("%s-%d", what, n), Value: v, Unit: unit}
+	}
+	vs := func(what string, u, s float64, unit string) {
+		benchline.PrintVs(out, fig("floor-update-"+what, u, unit), fig("floor-"+what, s, unit))
+	}
+	vs("accepted", flU.AcceptedPerSec, fl.AcceptedPerSec, "/s")
+	vs("p50", ms(flU.P50All), ms(fl.P50All), "ms")
+	vs("p99", ms(flU.P99All), ms(fl.P99All), "ms")
+	vs("cpu-per-update", cu.perUpdate(cu.used.busy), cf.perUpdate(cf.used.busy), "ms")
+	vs("cpu-this-process-per-update", cu.perUpdate(cu.used.self), cf.perUpdate(cf.used.self), "ms")
+	vs("cpu-postgres-per-update", cu.perUpdate(cu.used.pg), cf.perUpdate(cf.used.pg), "ms")
+	benchline.Print(out, fig("floor-update-offered", flU.Offered, "/s"))
+	benchline.Print(out, fig("floor-update-errors", float64(flU.SignalErrors), "updates"))
 }
 
 // budget is the time the whole run may take (total 0: no limit).

@@ -4,6 +4,11 @@
 // the time it ran, and loops (continuing as new when the server suggests it). Run offers
 // signals at a fixed rate across n such workflows and reports accepted/s and the p50/p99
 // latency from signal send to local activity done. Nothing in it touches Postgres or MCP.
+//
+// With Options.Update the same entities receive each offered update as a workflow update
+// (UpdateName) instead of a signal, handled by the same local activity: what a delivery costs
+// when the server dispatches it in a speculative workflow task, persisted only when the task
+// completes, against a signal's, persisted on arrival and again when its task starts.
 package floor
 
 import (
@@ -34,6 +39,11 @@ const WorkflowName = "FloorEntity"
 // sequence number.
 const SignalName = "floor-update"
 
+// UpdateName is the workflow update each offered update is sent as with Options.Update; its
+// argument is the update's int64 sequence number, and it completes when its local activity has
+// run.
+const UpdateName = "floor-update"
+
 // Result is what Run measured. Latencies are from just before the SignalWorkflow call to the
 // end of the local activity the signal caused; only the offered phase counts (the warm-up
 // does not).
@@ -43,7 +53,8 @@ type Result struct {
 	// Sent is the number of signals sent during the offered phase (acknowledged or not).
 	Sent int
 	// SignalErrors counts SignalWorkflow calls that failed (an overloaded server times them
-	// out; such a signal may still have arrived, and then counts as accepted).
+	// out; such a signal may still have arrived, and then counts as accepted), or with
+	// Options.Update the UpdateWorkflow calls that failed.
 	SignalErrors int
 	// SignalErrorSample holds up to three of those errors' messages.
 	SignalErrorSample []string
@@ -91,6 +102,10 @@ type Options struct {
 	Keep bool
 	// Seed seeds the choice of entity per signal (default 1).
 	Seed uint64
+	// Update delivers each offered update as the workflow update UpdateName, waiting for it to
+	// complete, instead of as a signal. The entities then do not continue as new (an update
+	// in flight at a continue-as-new would fail): a run of Update is meant to be short.
+	Update bool
 }
 
 // Never is the latency P50All and P99All give a signal whose local activity never ran.
@@ -104,6 +119,8 @@ type input struct {
 	// Pending are signals received but not yet processed when the previous run continued as
 	// new.
 	Pending []int64
+	// Updates makes the entity handle UpdateName (Options.Update) and never continue as new.
+	Updates bool
 }
 
 // recorder is shared by the driver and the in-process worker's local activity.
@@ -158,6 +175,16 @@ func entity(rec *recorder) func(workflow.Context, input) error {
 		run := func(seq int64) error {
 			return workflow.ExecuteLocalActivity(ctx, rec.Noop, seq).Get(ctx, nil)
 		}
+		if in.Updates {
+			// Each update runs its local activity in its own handler, on the handler's context.
+			err := workflow.SetUpdateHandler(ctx, UpdateName, func(hctx workflow.Context, seq int64) error {
+				hctx = workflow.WithLocalActivityOptions(hctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
+				return workflow.ExecuteLocalActivity(hctx, rec.Noop, seq).Get(hctx, nil)
+			})
+			if err != nil {
+				return err
+			}
+		}
 		if in.Ready != 0 {
 			if err := run(in.Ready); err != nil {
 				return err
@@ -167,6 +194,9 @@ func entity(rec *recorder) func(workflow.Context, input) error {
 			if err := run(seq); err != nil {
 				return err
 			}
+		}
+		if in.Updates {
+			return workflow.Await(ctx, func() bool { return false })
 		}
 		ch := workflow.GetSignalChannel(ctx, SignalName)
 		for {
@@ -240,7 +270,7 @@ func RunWithOptions(ctx context.Context, c client.Client, taskQueue string, n in
 		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: id, TaskQueue: taskQueue,
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		}, WorkflowName, input{Ready: -int64(i + 1)})
+		}, WorkflowName, input{Ready: -int64(i + 1), Updates: opts.Update})
 		if err != nil {
 			return fmt.Errorf("floor: start %s: %w", id, err)
 		}
@@ -293,7 +323,7 @@ func RunWithOptions(ctx context.Context, c client.Client, taskQueue string, n in
 			mu.Lock()
 			sentAt[seq] = sent{at, i}
 			mu.Unlock()
-			if err := c.SignalWorkflow(ctx, ids[i], "", SignalName, seq); err != nil {
+			if err := deliver(ctx, c, ids[i], seq, opts.Update); err != nil {
 				mu.Lock()
 				nErrs++
 				if len(sendErrs) < 3 {
@@ -313,7 +343,11 @@ func RunWithOptions(ctx context.Context, c client.Client, taskQueue string, n in
 		return Result{}, err
 	}
 	if nErrs == len(sentAt) {
-		return Result{}, fmt.Errorf("floor: every signal failed, e.g.: %s", strings.Join(sendErrs, "; "))
+		what := "signal"
+		if opts.Update {
+			what = "workflow update"
+		}
+		return Result{}, fmt.Errorf("floor: every %s failed, e.g.: %s", what, strings.Join(sendErrs, "; "))
 	}
 	drainCtx, cancel := context.WithTimeout(ctx, opts.Drain)
 	_ = rec.waitFor(drainCtx, func(done map[int64]time.Time) bool {
@@ -360,6 +394,22 @@ func RunWithOptions(ctx context.Context, c client.Client, taskQueue string, n in
 	}
 	res.P50All, res.P99All = Percentile(lat, 0.50), Percentile(lat, 0.99)
 	return res, nil
+}
+
+// deliver sends update seq to workflow id: as a signal, or as a workflow update that it waits
+// for until the update has completed.
+func deliver(ctx context.Context, c client.Client, id string, seq int64, update bool) error {
+	if !update {
+		return c.SignalWorkflow(ctx, id, "", SignalName, seq)
+	}
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID: fmt.Sprintf("floor-%d", seq), WorkflowID: id, UpdateName: UpdateName, Args: []any{seq},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, nil)
 }
 
 // StartOptions tune Starts; the zero value starts 32 at a time with a worker of default

@@ -18,7 +18,9 @@ import (
 // TestRunEverySignalRunsItsLocalActivity drives the floor against a real in-process
 // Temporal server and checks the bookkeeping, not the speed: every acknowledged signal's
 // local activity ran, exactly once, also across continue-as-new (signals pending at the
-// switch are carried over), and the history counter sees the workflow tasks.
+// switch are carried over), and the history counter sees the workflow tasks. With
+// Options.Update, every completed workflow update ran its local activity once and is in the
+// history as a completed update.
 func TestRunEverySignalRunsItsLocalActivity(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -29,8 +31,10 @@ func TestRunEverySignalRunsItsLocalActivity(t *testing.T) {
 		// its workflow task (UnhandledCommand) discards that task's local-activity markers, and
 		// the retried task runs those local activities again; no signal is lost either way.
 		mayRepeat bool
+		update    bool
 	}{
 		{name: "one run", rate: 60, wantRunsMin: 4},
+		{name: "workflow updates", rate: 60, wantRunsMin: 4, update: true},
 		// Bursts: signals queue up behind a workflow task and some are pending at the switch.
 		{name: "continue-as-new every ~40 events", suggestCAN: 40, rate: 400, wantRunsMin: 5, mayRepeat: true},
 	}
@@ -52,7 +56,7 @@ func TestRunEverySignalRunsItsLocalActivity(t *testing.T) {
 			t.Cleanup(cancel)
 
 			const n = 4
-			res, err := floor.RunWithOptions(ctx, c, "floor-test", n, tt.rate, 1500*time.Millisecond, floor.Options{Keep: true})
+			res, err := floor.RunWithOptions(ctx, c, "floor-test", n, tt.rate, 1500*time.Millisecond, floor.Options{Keep: true, Update: tt.update})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,8 +107,12 @@ func TestRunEverySignalRunsItsLocalActivity(t *testing.T) {
 			for _, k := range total.ByType {
 				byType += k
 			}
-			if byType != total.Events || total.ByType["WorkflowExecutionSignaled"] < res.Accepted {
-				t.Errorf("events by type %v (sum %d) for %d events and %d accepted signals", total.ByType, byType, total.Events, res.Accepted)
+			delivered := "WorkflowExecutionSignaled"
+			if tt.update {
+				delivered = "WorkflowExecutionUpdateCompleted"
+			}
+			if byType != total.Events || total.ByType[delivered] < res.Accepted {
+				t.Errorf("events by type %v (sum %d) for %d events and %d accepted %s", total.ByType, byType, total.Events, res.Accepted, delivered)
 			}
 		})
 	}
