@@ -44,9 +44,9 @@ const SignalName = "floor-update"
 // run.
 const UpdateName = "floor-update"
 
-// Result is what Run measured. Latencies are from just before the SignalWorkflow call to the
-// end of the local activity the signal caused; only the offered phase counts (the warm-up
-// does not).
+// Result is what Run measured. Latencies are from just before the SignalWorkflow call (with
+// Options.Update, the UpdateWorkflow call) to the end of the local activity it caused; only
+// the offered phase counts (the warm-up does not).
 type Result struct {
 	// Workflows is the number of entity workflows (n).
 	Workflows int
