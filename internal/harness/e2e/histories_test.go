@@ -216,6 +216,38 @@ func (s *stack) executions() []*workflowpb.WorkflowExecutionInfo {
 	return out
 }
 
+// decidedHistory is the history of execution ex once its first workflow task has started: a
+// run that a continue-as-new has just started may not have been given its first workflow task
+// yet (its history then holds only its start and that task's scheduling, and the replayer
+// refuses it: "at least 3 events expected"), so the history of a running execution with fewer
+// than 3 events is read again until it has them.
+func (s *stack) decidedHistory(ex *workflowpb.WorkflowExecutionInfo) *history.History {
+	s.t.Helper()
+	id, run := ex.GetExecution().GetWorkflowId(), ex.GetExecution().GetRunId()
+	read := func() *history.History {
+		hist := &history.History{}
+		it := s.tc.GetWorkflowHistory(s.ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			hist.Events = append(hist.Events, ev)
+		}
+		return hist
+	}
+	decided := func(h *history.History) bool { return len(h.GetEvents()) >= 3 }
+	hist := read()
+	if ex.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || decided(hist) {
+		return hist
+	}
+	eventually(s.t, 60*time.Second, fmt.Sprintf("the first workflow task of %s/%s started", id, run), func() (bool, string) {
+		hist = read()
+		return decided(hist), fmt.Sprintf("%d events", len(hist.GetEvents()))
+	})
+	return hist
+}
+
 // replayHistories replays the history of every execution on the stack's server with the
 // current workflow code, each with the function of its own type registered, and fails the
 // test for any that does not replay or has an unknown type. It returns the number of
@@ -253,15 +285,7 @@ func (s *stack) replayHistories(record map[string]string) map[string]int {
 			t.Errorf("execution %s/%s has unknown workflow type %q", id, run, typ)
 			continue
 		}
-		hist := &history.History{}
-		it := s.tc.GetWorkflowHistory(s.ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			hist.Events = append(hist.Events, ev)
-		}
+		hist := s.decidedHistory(ex)
 		replayer := worker.NewWorkflowReplayer()
 		replayer.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: typ})
 		if err := replayer.ReplayWorkflowHistory(logging.Temporal(s.log), hist); err != nil {
