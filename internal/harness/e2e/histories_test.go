@@ -224,25 +224,13 @@ func (s *stack) executions() []*workflowpb.WorkflowExecutionInfo {
 func (s *stack) decidedHistory(ex *workflowpb.WorkflowExecutionInfo) *history.History {
 	s.t.Helper()
 	id, run := ex.GetExecution().GetWorkflowId(), ex.GetExecution().GetRunId()
-	read := func() *history.History {
-		hist := &history.History{}
-		it := s.tc.GetWorkflowHistory(s.ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				s.t.Fatal(err)
-			}
-			hist.Events = append(hist.Events, ev)
-		}
-		return hist
-	}
 	decided := func(h *history.History) bool { return len(h.GetEvents()) >= 3 }
-	hist := read()
+	hist := s.historyOf(id, run)
 	if ex.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || decided(hist) {
 		return hist
 	}
 	eventually(s.t, 60*time.Second, fmt.Sprintf("the first workflow task of %s/%s started", id, run), func() (bool, string) {
-		hist = read()
+		hist = s.historyOf(id, run)
 		return decided(hist), fmt.Sprintf("%d events", len(hist.GetEvents()))
 	})
 	return hist
