@@ -171,17 +171,14 @@ func (r *recorder) waitFor(ctx context.Context, keys func(done map[int64]time.Ti
 // entity returns the floor workflow bound to rec's local activity.
 func entity(rec *recorder) func(workflow.Context, input) error {
 	return func(ctx workflow.Context, in input) error {
-		ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
-		run := func(seq int64) error {
+		// noop runs the local activity for seq on ctx: the workflow's, or an update handler's.
+		noop := func(ctx workflow.Context, seq int64) error {
+			ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
 			return workflow.ExecuteLocalActivity(ctx, rec.Noop, seq).Get(ctx, nil)
 		}
+		run := func(seq int64) error { return noop(ctx, seq) }
 		if in.Updates {
-			// Each update runs its local activity in its own handler, on the handler's context.
-			err := workflow.SetUpdateHandler(ctx, UpdateName, func(hctx workflow.Context, seq int64) error {
-				hctx = workflow.WithLocalActivityOptions(hctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
-				return workflow.ExecuteLocalActivity(hctx, rec.Noop, seq).Get(hctx, nil)
-			})
-			if err != nil {
+			if err := workflow.SetUpdateHandler(ctx, UpdateName, noop); err != nil {
 				return err
 			}
 		}
