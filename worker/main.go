@@ -5,7 +5,9 @@
 // TEMPORAL_TLS_CA, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_TLS, TEMPORAL_API_KEY), each but the API
 // key also a --temporal-… flag; the defaults match mcpsync-dev. It serves the MCP gateway for
 // agents on MCPSYNC_GATEWAY_ADDR (default 127.0.0.1:8765; "off" serves none) and /metrics on
-// MCPSYNC_METRICS_ADDR. Unless GOGC is set, its garbage collector runs at gcpolicy.Percent.
+// MCPSYNC_METRICS_ADDR. MCPSYNC_NOTIFICATION_DELIVERY says how the session host hands
+// notifications to subscription workflows: "update" (the default: Temporal workflow updates) or
+// "signal" (mcphost.Delivery). Unless GOGC is set, its garbage collector runs at gcpolicy.Percent.
 // SIGINT or SIGTERM stops it;
 // with --parent-pid, so does the exit of that process (scripts/run.sh passes its own PID, so
 // that killing the script never leaves a worker behind).
@@ -27,6 +29,7 @@ import (
 	"github.com/mcpsync/mcpsync/internal/gateway"
 	"github.com/mcpsync/mcpsync/internal/gcpolicy"
 	"github.com/mcpsync/mcpsync/internal/logging"
+	"github.com/mcpsync/mcpsync/internal/mcphost"
 	"github.com/mcpsync/mcpsync/internal/metrics"
 	"github.com/mcpsync/mcpsync/internal/parentwatch"
 	"github.com/mcpsync/mcpsync/internal/workerapp"
@@ -49,6 +52,10 @@ func main() {
 	if code := checkTemporalFlags(fs, env.Temporal, os.Stderr); code != 0 {
 		os.Exit(code)
 	}
+	delivery, code := checkDelivery(os.Getenv(deliveryEnv), os.Stderr)
+	if code != 0 {
+		os.Exit(code)
+	}
 	log, err := logging.New(*level)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcpsync-worker:", err)
@@ -65,7 +72,7 @@ func main() {
 	w, err := workerapp.Start(ctx, workerapp.Config{
 		DatabaseURL: env.DatabaseURL, TemporalAddress: env.TemporalAddress, Namespace: env.Namespace,
 		TemporalConn: env.Temporal, Logger: log, MetricsAddr: metrics.AddrFromEnv(),
-		GatewayAddr: gateway.AddrFromEnv(),
+		GatewayAddr: gateway.AddrFromEnv(), Host: mcphost.Options{Delivery: delivery},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcpsync-worker:", err)
@@ -75,6 +82,20 @@ func main() {
 	log.Info("stopping worker")
 	w.Stop()
 	log.Info("worker stopped", zap.String("reason", context.Cause(ctx).Error()))
+}
+
+// deliveryEnv names the variable that chooses how notifications reach their workflows.
+const deliveryEnv = "MCPSYNC_NOTIFICATION_DELIVERY"
+
+// checkDelivery reads the value of MCPSYNC_NOTIFICATION_DELIVERY; a bad one is bad input: one
+// line naming the variable, exit 2.
+func checkDelivery(value string, stderr io.Writer) (mcphost.Delivery, int) {
+	d, err := mcphost.ParseDelivery(value)
+	if err != nil {
+		fmt.Fprintf(stderr, "mcpsync-worker: %s: %v\n", deliveryEnv, err)
+		return 0, 2
+	}
+	return d, 0
 }
 
 // checkTemporalFlags validates the Temporal TLS settings when any was given as a flag, so that

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpsync/mcpsync/internal/config"
 	"github.com/mcpsync/mcpsync/internal/harness/testpki"
+	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 
 // A bad Temporal TLS flag is bad input: one line naming the flag, exit 2, before anything is
@@ -57,6 +58,34 @@ func TestTemporalTLSFlags(t *testing.T) {
 				if !strings.Contains(msg, w) {
 					t.Errorf("%q lacks %q", msg, w)
 				}
+			}
+		})
+	}
+}
+
+// MCPSYNC_NOTIFICATION_DELIVERY takes "update" (also unset) or "signal"; anything else is bad
+// input: one line naming the variable, exit 2.
+func TestNotificationDelivery(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  mcphost.Delivery
+		code  int
+	}{
+		{"", mcphost.DeliverUpdate, 0},
+		{"update", mcphost.DeliverUpdate, 0},
+		{"signal", mcphost.DeliverSignal, 0},
+		{"signals", 0, 2},
+		{"UPDATE", 0, 2},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			var stderr bytes.Buffer
+			d, code := checkDelivery(tc.value, &stderr)
+			msg := stderr.String()
+			if code != tc.code || d != tc.want {
+				t.Fatalf("%q: delivery %v exit %d, want %v exit %d (stderr %q)", tc.value, d, code, tc.want, tc.code, msg)
+			}
+			if code != 0 && (strings.Count(msg, "\n") != 1 || !strings.Contains(msg, deliveryEnv) || !strings.Contains(msg, "update or signal")) {
+				t.Errorf("stderr %q: want one line naming %s and its values", msg, deliveryEnv)
 			}
 		})
 	}

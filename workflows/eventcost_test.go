@@ -12,7 +12,7 @@ import (
 // Issue 16 item 2: what an accepted update costs Temporal, read from recorded real histories:
 // before the local-read patch (the three-step path: two workflow tasks, an activity task and
 // the memo) and after it (the fast path: the signal's workflow task and one local activity
-// marker). The figures are printed for the bench table.
+// marker), with the notification as a signal and as a workflow update. The figures are printed for the bench table.
 func TestEventsPerAcceptedUpdate(t *testing.T) {
 	tests := []struct {
 		file          string
@@ -21,6 +21,9 @@ func TestEventsPerAcceptedUpdate(t *testing.T) {
 	}{
 		{file: "cover-after-read-v1-00-Completed.json", events: 13, tasks: 2, local: false},
 		{file: "local-read-v1-00-Completed.json", events: 5, tasks: 1, local: true},
+		// Notifications as workflow updates: the accepting task's three events, the update's
+		// accepted and completed events and the marker; the server persists them once.
+		{file: "local-read-update-v1-00-Completed.json", events: 6, tasks: 1, local: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

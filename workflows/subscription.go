@@ -34,6 +34,10 @@ var (
 	// SignalThreshold continues as new once a run has received this many signals, well below
 	// the server's limit of 10,000 signals per run.
 	SignalThreshold = 4000
+	// UpdateThreshold continues as new once a run has received this many resource-updated
+	// workflow updates, below the server's limit of 2,000 updates per run
+	// (history.maxTotalUpdates; it suggests continuing as new at 90 % of it, 1,800).
+	UpdateThreshold = 1500
 	// SessionWaitMax bounds the wait between looks for a live session.
 	SessionWaitMax = 30 * time.Second
 	// UnsubscribeRetryMax bounds the wait between unsubscribe retries in UNSUBSCRIBE_UNKNOWN,
@@ -61,6 +65,9 @@ type subscription struct {
 	wfID string
 
 	updateCh, unsubCh, sessionCh, revokeCh, reconcileCh workflow.ReceiveChannel
+	// updateQ holds the resource-updated workflow updates handled and not yet recorded
+	// (onUpdate): the handler only queues, so the loop takes updates and signals alike.
+	updateQ workflow.Channel
 
 	// nextReason is the reason of the next read (R14).
 	nextReason mcpsync.ReadReason
@@ -70,8 +77,9 @@ type subscription struct {
 	refreshReason mcpsync.ReadReason
 	// upserted is the ledger state last written to the search attributes.
 	upserted mcpsync.State
-	// signalsThisRun counts signals received by this run (not carried on continue-as-new).
-	signalsThisRun int
+	// signalsThisRun counts signals received by this run (not carried on continue-as-new),
+	// updatesThisRun its resource-updated workflow updates.
+	signalsThisRun, updatesThisRun int
 	// lateReads are reads still in flight when the close fence passed.
 	lateReads []lateRead
 	// duringRead collects the pulses received while a read is in flight.
@@ -124,6 +132,9 @@ func SubscriptionWorkflow(ctx workflow.Context, in contract.SubscriptionInput) (
 	if err := workflow.SetQueryHandler(ctx, contract.QueryState, func() (contract.StateView, error) {
 		return w.view(), nil
 	}); err != nil {
+		return contract.StateView{}, err
+	}
+	if err := w.handleUpdates(); err != nil {
 		return contract.StateView{}, err
 	}
 	if in.State == nil {

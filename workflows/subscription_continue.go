@@ -11,7 +11,7 @@ import (
 func (w *subscription) shouldContinueAsNew() bool {
 	info := workflow.GetInfo(w.ctx)
 	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= HistoryThreshold ||
-		w.signalsThisRun >= SignalThreshold
+		w.signalsThisRun >= SignalThreshold || w.updatesThisRun >= UpdateThreshold
 }
 
 // continueAsNew continues as new from any state but CLOSED, carrying the whole state: the
@@ -19,16 +19,19 @@ func (w *subscription) shouldContinueAsNew() bool {
 // fsm.Resume, the reason of the next read, a failed reconciliation mark, a close request whose
 // fence failed (with its failure count, so its backoff goes on), the retry counters and the
 // signal IDs seen. Reads a closed subscription still waits for are settled first (R19).
-// Pending signals are drained into the state; if a drained signal needs action first (a new
-// close request, a session change), it returns nil and the loop handles it.
+// Pending signals and updates are drained into the state; if a drained one needs action first
+// (a new close request, a session change), it returns nil and the loop handles it.
 func (w *subscription) continueAsNew() error {
 	w.settleLateReads()
+	// Update handlers first: a handler that runs while this waits queues its notification,
+	// which the drain below records. Nothing yields between the drain and the return, so no
+	// handler can run after it.
+	if err := workflow.Await(w.ctx, func() bool { return workflow.AllHandlersFinished(w.ctx) }); err != nil {
+		return err
+	}
 	w.drainSignals()
 	if w.st.PendingSessionChange > 0 || w.st.PendingUnsubscribe != "" && w.st.CloseFenceFailures == 0 && !w.m.State().Closing() {
 		return nil
-	}
-	if err := workflow.Await(w.ctx, func() bool { return workflow.AllHandlersFinished(w.ctx) }); err != nil {
-		return err
 	}
 	if w.refreshCancel != nil {
 		w.refreshCancel()

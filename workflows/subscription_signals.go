@@ -24,12 +24,33 @@ type pulsesDuringRead struct {
 	untimed bool      // one of them has no comparable arrival time
 }
 
-func (w *subscription) addSignals(sel workflow.Selector) {
-	sel.AddReceive(w.updateCh, func(c workflow.ReceiveChannel, _ bool) {
-		var u contract.ResourceUpdated
-		c.Receive(w.ctx, &u)
-		w.onUpdate(u)
+// updateQueueCap bounds the updates a run queues (updateQ): the server admits at most 2,000
+// per run (history.maxTotalUpdates), so the handler's send never blocks.
+const updateQueueCap = 2048
+
+// handleUpdates registers the handler of resource-updated workflow updates (issue 16): it
+// queues the notification for the loop, which records it as it records the signal of the
+// same name (onUpdate), and completes at once, so a run never continues as new with a
+// handler running. It never rejects: the workflow tolerates duplicates and reordering (a
+// notification with an older sequence number is counted stale, and the newer one's read
+// covers it). Registering emits no command, so histories of runs without it replay.
+func (w *subscription) handleUpdates() error {
+	w.updateQ = workflow.NewBufferedChannel(w.ctx, updateQueueCap)
+	return workflow.SetUpdateHandler(w.ctx, contract.UpdateResourceUpdated, func(ctx workflow.Context, u contract.ResourceUpdated) error {
+		w.updatesThisRun++
+		w.updateQ.Send(ctx, u)
+		return nil
 	})
+}
+
+func (w *subscription) addSignals(sel workflow.Selector) {
+	for _, ch := range []workflow.ReceiveChannel{w.updateCh, w.updateQ} {
+		sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
+			var u contract.ResourceUpdated
+			c.Receive(w.ctx, &u)
+			w.onUpdate(u)
+		})
+	}
 	sel.AddReceive(w.unsubCh, func(c workflow.ReceiveChannel, _ bool) {
 		var u contract.Unsubscribe
 		c.Receive(w.ctx, &u)
@@ -57,7 +78,7 @@ func (w *subscription) drainSignals() {
 	for more := true; more; {
 		more = false
 		var u contract.ResourceUpdated
-		for w.updateCh.ReceiveAsync(&u) {
+		for w.updateCh.ReceiveAsync(&u) || w.updateQ.ReceiveAsync(&u) {
 			w.onUpdate(u)
 			more = true
 		}

@@ -29,6 +29,16 @@ const (
 	SignalReconcile       = "reconcile"
 )
 
+// Update names.
+const (
+	// UpdateResourceUpdated delivers a ResourceUpdated as a Temporal workflow update instead of
+	// the signal of the same name (issue 16): the server dispatches it in a speculative workflow
+	// task it persists once, where a signal is persisted on arrival and again with the task it
+	// causes. The subscription workflow's handler never rejects it; a rejection means a worker
+	// without the handler ran the task, and the host then sends the signal instead.
+	UpdateResourceUpdated = "resource-updated"
+)
+
 // Query names.
 const (
 	QueryState = "state"

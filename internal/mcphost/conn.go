@@ -44,6 +44,14 @@ type Conn struct {
 	// arrived in its current burst (guarded by nmu); AwaitQuiet reads it.
 	lastPulse map[string]pulseRun
 
+	// slots bounds the notification updates in flight (DefaultUpdatesInFlight, deliver.go);
+	// deliveries counts them, and dclosed (under dmu) sends any later one synchronously once
+	// route has waited for them.
+	slots      chan struct{}
+	dmu        sync.Mutex
+	dclosed    bool
+	deliveries sync.WaitGroup
+
 	// smu guards signals: per normalized URI, when the last resources/read of it was sent on
 	// this session and which subscriptions hold a signal no read has answered yet
 	// (signalPending, route.go).

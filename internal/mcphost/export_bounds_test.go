@@ -8,6 +8,14 @@ func SetNotificationQueueCap(n int) (restore func()) {
 	return func() { notificationQueueCap = old }
 }
 
+// SetUpdatesInFlight sets the bound on notification updates in flight of sessions opened from
+// now on until the returned function restores it.
+func SetUpdatesInFlight(n int) (restore func()) {
+	old := updatesInFlight
+	updatesInFlight = n
+	return func() { updatesInFlight = old }
+}
+
 // QueueState returns how many notifications wait in the session's queue and how many the
 // pending overflow stands for.
 func (c *Conn) QueueState() (queued int, dropped int64) {

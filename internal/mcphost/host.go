@@ -40,8 +40,13 @@ type Signaler interface {
 
 // Options configure a Host.
 type Options struct {
-	Store    *ledger.Store
+	Store *ledger.Store
+	// Signaler delivers signals; when it also implements Updater (a Temporal client does),
+	// notifications go as workflow updates unless Delivery says otherwise.
 	Signaler Signaler
+	// Delivery is how notifications reach their subscriptions' workflows (deliver.go); the zero
+	// value, DeliverUpdate, sends workflow updates.
+	Delivery Delivery
 	// Queue is this worker's host task queue; it names the lease holder in the ledger.
 	Queue  string
 	Logger *zap.Logger

@@ -105,6 +105,7 @@ func (c *Conn) route(stop <-chan struct{}, log *zap.Logger) {
 		}
 		c.nmu.Unlock()
 		if stopping {
+			c.endDeliveries()
 			return
 		}
 		c.routeBatch(batch, log)
@@ -129,7 +130,7 @@ func (c *Conn) routeOverflow(o queueOverflow, log *zap.Logger) {
 	log.Warn("notification queue full: the source's subscriptions are re-read",
 		zap.Int64("source", c.source.ID), zap.Int64("generation", c.gen), zap.Int64("dropped", o.dropped),
 		zap.Int("queueCap", notificationQueueCap))
-	store, sig := c.host.opts.Store, c.host.opts.Signaler
+	store := c.host.opts.Store
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var targets []ledger.OverflowTarget
@@ -145,14 +146,12 @@ func (c *Conn) routeOverflow(o queueOverflow, log *zap.Logger) {
 		log.Warn("recording notification overflow failed", zap.Int64("dropped", o.dropped), zap.Error(err))
 		return
 	}
+	// Signals, each durable when its call returns: what an overflow calls for is not noted
+	// pending (noteSignalled), so later notifications of the URIs are delivered as usual.
 	for _, t := range targets {
-		if err := retry(ctx, func(ctx context.Context) error {
-			return sig.SignalWorkflow(ctx, t.WorkflowID, "", contract.SignalResourceUpdated, contract.ResourceUpdated{
-				SessionGeneration: c.gen, Seq: o.last, ServerURI: t.ServerURI, Pulses: 1, ReceivedAt: o.at,
-			})
-		}); err != nil {
-			log.Warn("signalling subscription after overflow failed", zap.String("workflow", t.WorkflowID), zap.Error(err))
-		}
+		c.signal(ctx, t.WorkflowID, contract.ResourceUpdated{
+			SessionGeneration: c.gen, Seq: o.last, ServerURI: t.ServerURI, Pulses: 1, ReceivedAt: o.at,
+		}, log)
 	}
 }
 
@@ -316,23 +315,16 @@ func (c *Conn) signalRecorded(n notification, norm string, targets []ledger.Noti
 	c.signalTargets(ctx, n, norm, targets, log)
 }
 
-// signalTargets signals n to the subscriptions it was recorded on, but for those whose
-// pending signal's read covers it (signalPending).
+// signalTargets delivers n to the subscriptions it was recorded on (deliver), but for those
+// whose pending signal's read covers it (signalPending).
 func (c *Conn) signalTargets(ctx context.Context, n notification, norm string, targets []ledger.NotificationTarget, log *zap.Logger) {
-	sig := c.host.opts.Signaler
 	for _, t := range targets {
 		if c.signalPending(norm, t) {
 			continue // its pending signal's read covers this notification (R13)
 		}
-		if err := retry(ctx, func(ctx context.Context) error {
-			return sig.SignalWorkflow(ctx, t.WorkflowID, "", contract.SignalResourceUpdated, contract.ResourceUpdated{
-				SessionGeneration: c.gen, Seq: n.seq, ServerURI: n.serverURI, Pulses: n.pulses, ReceivedAt: n.receivedAt,
-			})
-		}); err != nil {
-			log.Warn("signalling subscription failed", zap.String("workflow", t.WorkflowID), zap.Error(err))
-			continue
-		}
-		c.noteSignalled(norm, t, n.receivedAt)
+		c.deliver(ctx, norm, t, contract.ResourceUpdated{
+			SessionGeneration: c.gen, Seq: n.seq, ServerURI: n.serverURI, Pulses: n.pulses, ReceivedAt: n.receivedAt,
+		}, log)
 	}
 }
 
@@ -368,8 +360,8 @@ func (c *Conn) signalPending(norm string, t ledger.NotificationTarget) bool {
 }
 
 // noteSignalled records that t was signalled a notification of norm that arrived at
-// receivedAt (after the signal was delivered: a read sent in between is later than
-// receivedAt and so still counts).
+// receivedAt (after the signal was delivered, or as its update is sent: a read sent in
+// between is later than receivedAt and so still counts).
 func (c *Conn) noteSignalled(norm string, t ledger.NotificationTarget, receivedAt time.Time) {
 	c.smu.Lock()
 	defer c.smu.Unlock()
@@ -380,6 +372,19 @@ func (c *Conn) noteSignalled(norm string, t ledger.NotificationTarget, receivedA
 	k := signalTarget{t.SubscriptionID, t.Generation}
 	if receivedAt.After(u.signalled[k]) {
 		u.signalled[k] = receivedAt
+	}
+}
+
+// forgetSignalled undoes noteSignalled(norm, t, receivedAt) for an update that was not
+// delivered, unless a later notification was noted since.
+func (c *Conn) forgetSignalled(norm string, t ledger.NotificationTarget, receivedAt time.Time) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	if u := c.signals[norm]; u != nil {
+		k := signalTarget{t.SubscriptionID, t.Generation}
+		if at, ok := u.signalled[k]; ok && at.Equal(receivedAt) {
+			delete(u.signalled, k)
+		}
 	}
 }
 

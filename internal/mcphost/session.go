@@ -36,7 +36,8 @@ func (e *configError) Unwrap() error { return e.err }
 // none opened) and, as the error, what kept it from opening (a *configError when the
 // transport could not be built) or the *AuthError with which the server ended it.
 func (h *Host) session(ctx context.Context, src ledger.Source, log *zap.Logger, rep *healthReporter) (string, error) {
-	c := &Conn{source: src, host: h, wake: make(chan struct{}, 1), uris: map[string]*uriSubscription{}}
+	c := &Conn{source: src, host: h, wake: make(chan struct{}, 1), uris: map[string]*uriSubscription{},
+		slots: make(chan struct{}, updatesInFlight)}
 	client := mcp.NewClient(&mcp.Implementation{Name: "mcpsync", Version: "0.1.0"}, &mcp.ClientOptions{
 		Capabilities:               &mcp.ClientCapabilities{},
 		ResourceUpdatedHandler:     c.onUpdated,

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.temporal.io/sdk/client"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
@@ -197,12 +198,21 @@ type Signaler interface {
 	SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error
 }
 
+// Updater is what the session host sends workflow updates through (mcphost.Updater).
+type Updater interface {
+	UpdateWorkflow(ctx context.Context, options client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error)
+}
+
 // Signaler returns next with every resources/updated signal's receipt time remembered for
-// the notification → accepted latency (NotificationReceived) before it is sent. With a nil
-// m it returns next.
+// the notification → accepted latency (NotificationReceived) before it is sent; when next is
+// also an Updater, so is the result, and every resources/updated workflow update's receipt
+// time is remembered the same way. With a nil m it returns next.
 func (m *Metrics) Signaler(next Signaler) Signaler {
 	if m == nil {
 		return next
+	}
+	if u, ok := next.(Updater); ok {
+		return updatingSignaler{signaler: signaler{m: m, next: next}, next: u}
 	}
 	return signaler{m: m, next: next}
 }
@@ -210,6 +220,20 @@ func (m *Metrics) Signaler(next Signaler) Signaler {
 type signaler struct {
 	m    *Metrics
 	next Signaler
+}
+
+type updatingSignaler struct {
+	signaler
+	next Updater
+}
+
+func (s updatingSignaler) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	if o.UpdateName == contract.UpdateResourceUpdated && len(o.Args) == 1 {
+		if u, ok := o.Args[0].(contract.ResourceUpdated); ok {
+			s.m.NotificationReceived(o.WorkflowID, u.ReceivedAt)
+		}
+	}
+	return s.next.UpdateWorkflow(ctx, o)
 }
 
 func (s signaler) SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
+	"go.temporal.io/sdk/client"
 
 	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
@@ -60,6 +61,17 @@ type recorder struct{ signals int }
 func (r *recorder) SignalWorkflow(context.Context, string, string, string, any) error {
 	r.signals++
 	return nil
+}
+
+// updatingRecorder is a recorder that also takes workflow updates, as a Temporal client does.
+type updatingRecorder struct {
+	recorder
+	updates int
+}
+
+func (r *updatingRecorder) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	r.updates++
+	return nil, nil
 }
 
 // The notification → accepted latency is observed once per accepted read that covers a
@@ -114,29 +126,49 @@ func TestNotificationAcceptLatency(t *testing.T) {
 			want: map[string]float64{"outcome=ACCEPTED": 1},
 		},
 	}
+	// Each case runs with the receipts sent as signals and as workflow updates.
+	deliveries := []struct {
+		name    string
+		receive func(t *testing.T, sig metrics.Signaler, u contract.ResourceUpdated)
+	}{
+		{"signal", func(t *testing.T, sig metrics.Signaler, u contract.ResourceUpdated) {
+			if err := sig.SignalWorkflow(context.Background(), "wf-1", "", contract.SignalResourceUpdated, u); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"update", func(t *testing.T, sig metrics.Signaler, u contract.ResourceUpdated) {
+			up, ok := sig.(metrics.Updater)
+			if !ok {
+				t.Fatal("the wrapped signaler of an updater takes no updates")
+			}
+			if _, err := up.UpdateWorkflow(context.Background(), client.UpdateWorkflowOptions{
+				WorkflowID: "wf-1", UpdateName: contract.UpdateResourceUpdated, Args: []any{u}}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			m := metrics.New()
-			sig := m.Signaler(&recorder{})
-			for _, d := range tt.received {
-				if err := sig.SignalWorkflow(context.Background(), "wf-1", "", contract.SignalResourceUpdated,
-					contract.ResourceUpdated{ReceivedAt: t0.Add(d)}); err != nil {
-					t.Fatal(err)
+		for _, d := range deliveries {
+			t.Run(tt.name+"/"+d.name, func(t *testing.T) {
+				m := metrics.New()
+				sig := m.Signaler(&updatingRecorder{})
+				for _, r := range tt.received {
+					d.receive(t, sig, contract.ResourceUpdated{ReceivedAt: t0.Add(r)})
 				}
-			}
-			for _, a := range tt.accepts {
-				// SentAt crosses a Temporal payload: JSON keeps the wall clock only.
-				m.Accepted(a.outcome, "wf-1", t0.Add(a.sentAt).Round(0))
-				m.Accepted(a.outcome, "wf-other", t0.Add(a.sentAt).Round(0)) // another subscription's read covers nothing
-			}
-			got := values(t, m)["mcpsync_notification_accept_latency_seconds"]
-			if got == nil {
-				got = map[string]float64{}
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("latency sample counts (-want +got):\n%s", diff)
-			}
-		})
+				for _, a := range tt.accepts {
+					// SentAt crosses a Temporal payload: JSON keeps the wall clock only.
+					m.Accepted(a.outcome, "wf-1", t0.Add(a.sentAt).Round(0))
+					m.Accepted(a.outcome, "wf-other", t0.Add(a.sentAt).Round(0)) // another subscription's read covers nothing
+				}
+				got := values(t, m)["mcpsync_notification_accept_latency_seconds"]
+				if got == nil {
+					got = map[string]float64{}
+				}
+				if diff := cmp.Diff(tt.want, got); diff != "" {
+					t.Errorf("latency sample counts (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
 }
 

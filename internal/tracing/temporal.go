@@ -24,7 +24,7 @@ type spanKey struct{}
 // The signal link ties a workflow's read to the notification that caused it: the SDK
 // interceptor parents the spans of activities a workflow starts on the workflow's run, not on
 // the signal being handled (its channel hides which signal led to which call). The link
-// remembers the span of the last resource-updated signal handled (not during replay) and
+// remembers the span of the last resource-updated signal or update handled (not during replay) and
 // makes it the parent of the next read: the ordinal allocation, the MCP read and its
 // acceptance (or not-found record), so one update is one trace. A read with no signal since
 // the previous one (the initial read, a backstop revalidation) stays under the run's span. The
@@ -89,6 +89,17 @@ func (i *linkInbound) HandleSignal(ctx workflow.Context, in *interceptor.HandleS
 		}
 	}
 	return i.Next.HandleSignal(ctx, in)
+}
+
+// ExecuteUpdate runs inside the SDK interceptor's HandleUpdate span, which ctx carries: a
+// notification delivered as a workflow update links its read as its signal would.
+func (i *linkInbound) ExecuteUpdate(ctx workflow.Context, in *interceptor.UpdateInput) (any, error) {
+	if in.Name == contract.UpdateResourceUpdated && !workflow.IsReplaying(ctx) {
+		if s := ctx.Value(spanKey{}); s != nil {
+			i.pending = s
+		}
+	}
+	return i.Next.ExecuteUpdate(ctx, in)
 }
 
 // parent returns ctx with the span a read step's span should hang from.

@@ -16,8 +16,8 @@ import (
 	"github.com/mcpsync/mcpsync/internal/tracing"
 )
 
-// readTwice runs the read path twice: once before any signal (an initial read), then once
-// after a resource-updated signal, as the subscription workflow does.
+// readTwice runs the read path twice: once before any notification (an initial read), then
+// once after a resource-updated signal or workflow update, as the subscription workflow does.
 func readTwice(ctx workflow.Context) error {
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute})
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
@@ -33,17 +33,45 @@ func readTwice(ctx workflow.Context) error {
 	if err := read(); err != nil {
 		return err
 	}
+	updates := workflow.NewBufferedChannel(ctx, 1)
+	if err := workflow.SetUpdateHandler(ctx, contract.UpdateResourceUpdated, func(ctx workflow.Context, u contract.ResourceUpdated) error {
+		updates.Send(ctx, u)
+		return nil
+	}); err != nil {
+		return err
+	}
 	var u contract.ResourceUpdated
-	workflow.GetSignalChannel(ctx, contract.SignalResourceUpdated).Receive(ctx, &u)
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(workflow.GetSignalChannel(ctx, contract.SignalResourceUpdated), func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &u) })
+	sel.AddReceive(updates, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &u) })
+	sel.Select(ctx)
 	return read()
 }
 
 func noop(context.Context) error { return nil }
 
-// The signal link parents the activities of a read that follows a resource-updated signal on
-// that signal's span (so they join the notification's trace), and leaves a read with no
-// signal before it under the workflow run's span.
+// The signal link parents the activities of a read that follows a resource-updated signal or
+// workflow update on that signal's or update's span (so they join the notification's trace),
+// and leaves a read with no notification before it under the workflow run's span.
 func TestSignalLinkParentsReadOnSignal(t *testing.T) {
+	tests := []struct {
+		name, handled string
+		send          func(env *testsuite.TestWorkflowEnvironment)
+	}{
+		{"signal", "HandleSignal:" + contract.SignalResourceUpdated, func(env *testsuite.TestWorkflowEnvironment) {
+			env.SignalWorkflow(contract.SignalResourceUpdated, contract.ResourceUpdated{Seq: 1})
+		}},
+		{"update", "HandleUpdate:" + contract.UpdateResourceUpdated, func(env *testsuite.TestWorkflowEnvironment) {
+			env.UpdateWorkflow(contract.UpdateResourceUpdated, "u1", &testsuite.TestUpdateCallback{
+				OnReject: func(error) {}, OnAccept: func() {}, OnComplete: func(any, error) {}}, contract.ResourceUpdated{Seq: 1})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { testSignalLink(t, tt.handled, tt.send) })
+	}
+}
+
+func testSignalLink(t *testing.T, handled string, send func(env *testsuite.TestWorkflowEnvironment)) {
 	tp, exp := tracing.NewInMemory()
 	defer tracing.Install(tp)()
 	ics, err := tracing.TemporalInterceptors()
@@ -61,9 +89,7 @@ func TestSignalLinkParentsReadOnSignal(t *testing.T) {
 	for _, name := range []string{contract.ActAllocateReadOrdinal, contract.ActMCPRead, contract.ActAcceptResourceVersion} {
 		env.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: name})
 	}
-	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(contract.SignalResourceUpdated, contract.ResourceUpdated{Seq: 1})
-	}, time.Second)
+	env.RegisterDelayedCallback(func() { send(env) }, time.Second)
 	env.ExecuteWorkflow("readTwice")
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -90,9 +116,9 @@ func TestSignalLinkParentsReadOnSignal(t *testing.T) {
 		"StartActivity:" + contract.ActAllocateReadOrdinal + " <- RunWorkflow:readTwice",
 		"StartActivity:" + contract.ActMCPRead + " <- RunWorkflow:readTwice",
 		"StartActivity:" + contract.ActAcceptResourceVersion + " <- RunWorkflow:readTwice",
-		"StartActivity:" + contract.ActAllocateReadOrdinal + " <- HandleSignal:" + contract.SignalResourceUpdated,
-		"StartActivity:" + contract.ActMCPRead + " <- HandleSignal:" + contract.SignalResourceUpdated,
-		"StartActivity:" + contract.ActAcceptResourceVersion + " <- HandleSignal:" + contract.SignalResourceUpdated,
+		"StartActivity:" + contract.ActAllocateReadOrdinal + " <- " + handled,
+		"StartActivity:" + contract.ActMCPRead + " <- " + handled,
+		"StartActivity:" + contract.ActAcceptResourceVersion + " <- " + handled,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("start-activity spans:\n%v\nwant:\n%v", got, want)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -59,10 +60,12 @@ func (s *stack) updateCosts(source, uri string, set func(body string), n int) ([
 }
 
 // Issue 16 item 2: on the worker that holds the session, a notified update costs ONE workflow
-// task: the signal's workflow task runs the fast path (allocate, read, accept in one local
-// activity) and nothing else. Counted in the real history: WorkflowTaskCompleted events between
-// each update's signal and its accepted version. With -record-histories the subscription's
-// history is written to workflows/testdata/histories as local-read-v1-NN.
+// task: the workflow task that accepts the notification's workflow update runs the fast path
+// (allocate, read, accept in one local activity) and nothing else. Counted in the real
+// history: WorkflowTaskCompleted events from each notification to its accepted version; every
+// notification came as a workflow update, none as a signal. With -record-histories the
+// subscription's history is written to workflows/testdata/histories as local-read-update-v1-NN
+// (local-read-v1-NN is the same test's history from when notifications were signals).
 func TestHistoriesLocalRead(t *testing.T) {
 	s := newStack(t)
 	const uri = "demo://notes/1"
@@ -72,8 +75,11 @@ func TestHistoriesLocalRead(t *testing.T) {
 
 	const n = 5
 	us, v, wfID := s.updateCosts("fast", uri, func(b string) { srv.Set(uri, b, "text/plain") }, n)
-	if n := s.replayHistories(map[string]string{contract.SubscriptionWorkflowName: "local-read-v1"})[contract.SubscriptionWorkflowName]; n != 1 {
+	if n := s.replayHistories(map[string]string{contract.SubscriptionWorkflowName: "local-read-update-v1"})[contract.SubscriptionWorkflowName]; n != 1 {
 		t.Errorf("%d subscription executions, want 1", n)
+	}
+	if signals, updates := notificationsIn(s.history(wfID)); signals != 0 || updates < n {
+		t.Errorf("%d resource-updated signals and %d workflow updates in the history, want none and at least %d", signals, updates, n)
 	}
 	if diff := cmp.Diff([]string{localReadChange + "=1"}, versionMarkers(t, s.history(wfID), localReadChange)); diff != "" {
 		t.Errorf("version markers (-want +got):\n%s", diff)
@@ -153,4 +159,17 @@ func TestLocalReadFallbackOnAnotherWorker(t *testing.T) {
 		t.Errorf("counters %+v: want every read on the host queue and every version accepted", v.Counters)
 	}
 	s.checkInvariants()
+}
+
+// notificationsIn counts the resource-updated signals and accepted workflow updates in hist.
+func notificationsIn(hist *historypb.History) (signals, updates int) {
+	for _, ev := range hist.GetEvents() {
+		if a := ev.GetWorkflowExecutionSignaledEventAttributes(); a != nil && a.GetSignalName() == contract.SignalResourceUpdated {
+			signals++
+		}
+		if a := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && a.GetAcceptedRequest().GetInput().GetName() == contract.UpdateResourceUpdated {
+			updates++
+		}
+	}
+	return signals, updates
 }

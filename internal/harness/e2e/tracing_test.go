@@ -28,8 +28,8 @@ import (
 // One update through the real stack (a real Temporal server, the worker with its session host,
 // Postgres, the fault-injecting MCP server over streamable HTTP) is one connected trace
 // (issue 17 part 3): the host's notification span is the root; the Temporal interceptor
-// carries it through the signal into the workflow; the read's allocation, the MCP read and the
-// acceptance hang from that signal; and the server received the read span's W3C traceparent
+// carries it through the workflow update into the workflow; the read's allocation, the MCP
+// read and the acceptance hang from that update; and the server received the read span's W3C traceparent
 // in the request's _meta.
 func TestOneUpdateOneConnectedTrace(t *testing.T) {
 	tp, exp := tracing.NewInMemory()
@@ -70,7 +70,8 @@ func TestOneUpdateOneConnectedTrace(t *testing.T) {
 	if len(roots) != 1 || roots[0] != tracing.SpanNotification {
 		t.Errorf("roots %v, want only %s", roots, tracing.SpanNotification)
 	}
-	signal, handle := "SignalWorkflow:"+contract.SignalResourceUpdated, "HandleSignal:"+contract.SignalResourceUpdated
+	// The host delivers the notification as a workflow update (issue 16).
+	signal, handle := "UpdateWorkflow:"+contract.UpdateResourceUpdated, "HandleUpdate:"+contract.UpdateResourceUpdated
 	// The worker holding the session runs the update on the fast path (issue 16 item 2): the
 	// read and the acceptance are children of its one local activity.
 	for _, chain := range [][]string{
@@ -253,8 +254,8 @@ func TestWorkerExportsTracesOverOTLP(t *testing.T) {
 			}
 		}
 		sort.Strings(inTrace)
-		for _, want := range []string{tracing.SpanNotification, "SignalWorkflow:" + contract.SignalResourceUpdated,
-			"HandleSignal:" + contract.SignalResourceUpdated, tracing.SpanMCPRead, tracing.SpanLedgerAccept} {
+		for _, want := range []string{tracing.SpanNotification, "UpdateWorkflow:" + contract.UpdateResourceUpdated,
+			"HandleUpdate:" + contract.UpdateResourceUpdated, tracing.SpanMCPRead, tracing.SpanLedgerAccept} {
 			if !slices.Contains(inTrace, want) {
 				return false, fmt.Sprintf("trace %s lacks %s: %v", notes[0].trace, want, inTrace)
 			}

@@ -17,7 +17,9 @@ import (
 )
 
 // Update is what one accepted update cost: from the first ResourceUpdated signal after the
-// previous acceptance to the end of the workflow task's commands that carried its acceptance.
+// previous acceptance (or the start of the workflow task that accepted the first
+// resource-updated workflow update after it) to the end of the workflow task's commands that
+// carried its acceptance.
 type Update struct {
 	// Events is the number of history events, the signal included.
 	Events int
@@ -36,13 +38,18 @@ type markerData struct {
 	ActivityType string
 }
 
-// Updates lists the accepted updates of hist that a ResourceUpdated signal started, in order.
+// Updates lists the accepted updates of hist that a ResourceUpdated signal or workflow update
+// started, in order.
 // Accepted reads with no signal before them (the initial read, backstop reads) are left out.
 func Updates(hist *historypb.History) ([]Update, error) {
 	dc := converter.GetDefaultDataConverter()
 	var out []Update
 	var cur *Update // the update being counted, from its signal on
 	var done *Update
+	// task counts the events of the workflow task in progress while no update is counted: a
+	// notification delivered as a workflow update is accepted in the task that handles it, so
+	// its cost starts with that task's events.
+	var task Update
 	for _, ev := range hist.GetEvents() {
 		t := ev.GetEventType()
 		if done != nil {
@@ -59,7 +66,19 @@ func Updates(hist *historypb.History) ([]Update, error) {
 			ev.GetWorkflowExecutionSignaledEventAttributes().GetSignalName() == contract.SignalResourceUpdated {
 			cur = &Update{}
 		}
+		if t == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED && cur == nil &&
+			ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput().GetName() == contract.UpdateResourceUpdated {
+			c := task
+			cur = &c
+		}
 		if cur == nil {
+			if t == enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED {
+				task = Update{}
+			}
+			task.Events++
+			if t == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+				task.WorkflowTasks++
+			}
 			continue
 		}
 		cur.Events++
