@@ -45,11 +45,8 @@ func TestResourceUpdatedAsWorkflowUpdate(t *testing.T) {
 	tests := []struct {
 		name string
 		// at sends the case's notifications one minute in, with new content on the server.
-		at           func(h *harness, send send)
-		reads        []mcpsync.ReadReason
-		digests      []string
-		counters     func(c contract.Counters) string
-		acceptedLast int64
+		at    func(h *harness, send send)
+		reads []mcpsync.ReadReason
 	}{
 		{
 			name: "one notification: one read of the new content",
@@ -57,9 +54,6 @@ func TestResourceUpdatedAsWorkflowUpdate(t *testing.T) {
 				send(h, "n1", contract.ResourceUpdated{SessionGeneration: h.sess.Generation, Seq: 1, ServerURI: uri})
 			},
 			reads: []mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification},
-			counters: func(c contract.Counters) string {
-				return fmt.Sprintf("notifications %d stale %d accepted %d", c.Notifications, c.NotificationsStale, c.Accepted)
-			},
 		},
 		{
 			name: "reordered and duplicated: the older and the repeated one are stale",
@@ -69,9 +63,6 @@ func TestResourceUpdatedAsWorkflowUpdate(t *testing.T) {
 				send(h, "n3-again", contract.ResourceUpdated{SessionGeneration: h.sess.Generation, Seq: 3, ServerURI: uri})
 			},
 			reads: []mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification},
-			counters: func(c contract.Counters) string {
-				return fmt.Sprintf("notifications %d stale %d accepted %d", c.Notifications, c.NotificationsStale, c.Accepted)
-			},
 		},
 		{
 			name: "a burst of fifty: one read and one follow-up (R13)",
@@ -81,9 +72,6 @@ func TestResourceUpdatedAsWorkflowUpdate(t *testing.T) {
 				}
 			},
 			reads: []mcpsync.ReadReason{mcpsync.ReasonInitial, mcpsync.ReasonNotification, mcpsync.ReasonNotification},
-			counters: func(c contract.Counters) string {
-				return fmt.Sprintf("notifications %d stale %d accepted %d", c.Notifications, c.NotificationsStale, c.Accepted)
-			},
 		},
 	}
 	for _, tt := range tests {
@@ -107,7 +95,8 @@ func TestResourceUpdatedAsWorkflowUpdate(t *testing.T) {
 				if got := h.versionDigests(sub.ID); len(got) != 2 {
 					t.Errorf("accepted %d versions, want the initial one and the new content's", len(got))
 				}
-				results[d.name] = tt.counters(v.Counters)
+				c := v.Counters
+				results[d.name] = fmt.Sprintf("notifications %d stale %d accepted %d", c.Notifications, c.NotificationsStale, c.Accepted)
 			})
 		}
 		if diff := cmp.Diff(results["signal"], results["update"]); diff != "" {

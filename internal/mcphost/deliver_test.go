@@ -152,16 +152,9 @@ func TestNotificationDeliveredByUpdate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
 			const u = "demo://notes/delivered"
-			srv, hs := f.chaosHTTP(chaosmcp.Options{})
-			srv.Set(u, "0", "text/plain")
-			src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
 			up := newUpdater(tt.outcome)
-			h := f.startHost("host-a", mcphost.Options{Delivery: tt.delivery}, up)
-			c := f.waitSession(h, src.ID, 0)
-			sub := f.activeSub(src.ID, u, c.Generation())
-			if err := c.Subscribe(f.ctx, u, sub.ID); err != nil {
-				t.Fatal(err)
-			}
+			s := f.subscribeWith(u, mcphost.Options{Delivery: tt.delivery}, up)
+			srv, c, sub := s.srv, s.c, s.sub
 			srv.Set(u, "1", "text/plain")
 			var seq int64
 			waitFor(t, 10*time.Second, "the notification recorded", func() (bool, string) {
@@ -204,16 +197,9 @@ func TestFailedUpdateIsNotLeftPending(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
 			const u = "demo://notes/pending-update"
-			srv, hs := f.chaosHTTP(chaosmcp.Options{})
-			srv.Set(u, "0", "text/plain")
-			src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
 			up := newUpdater(tt.outcome)
-			h := f.startHost("host-a", mcphost.Options{}, up)
-			c := f.waitSession(h, src.ID, 0)
-			sub := f.activeSub(src.ID, u, c.Generation())
-			if err := c.Subscribe(f.ctx, u, sub.ID); err != nil {
-				t.Fatal(err)
-			}
+			s := f.subscribeWith(u, mcphost.Options{}, up)
+			srv, sub := s.srv, s.sub
 			srv.Set(u, "1", "text/plain")
 			up.wait(t, "the first update", func(s []signal) bool { return len(kinds(s)) == 1 })
 			time.Sleep(100 * time.Millisecond) // its outcome handled

@@ -286,17 +286,26 @@ type subscribedURI struct {
 // subscribeURI sets up a subscribedURI for u, whose body starts as "0".
 func (f *fixture) subscribeURI(u string) subscribedURI {
 	f.t.Helper()
+	sig := newRecorder()
+	s := f.subscribeWith(u, mcphost.Options{}, sig)
+	s.sig = sig
+	return s
+}
+
+// subscribeWith starts a server holding u (body "0"), a host with opts signalling through
+// sigr, and an ACTIVE subscription of u on the host's session; the result's sig is left nil.
+func (f *fixture) subscribeWith(u string, opts mcphost.Options, sigr mcphost.Signaler) subscribedURI {
+	f.t.Helper()
 	srv, hs := f.chaosHTTP(chaosmcp.Options{})
 	srv.Set(u, "0", "text/plain")
 	src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
-	sig := newRecorder()
-	h := f.startHost("host-a", mcphost.Options{}, sig)
+	h := f.startHost("host-a", opts, sigr)
 	c := f.waitSession(h, src.ID, 0)
 	sub := f.activeSub(src.ID, u, c.Generation())
 	if err := c.Subscribe(f.ctx, u, sub.ID); err != nil {
 		f.t.Fatal(err)
 	}
-	return subscribedURI{srv: srv, src: src, sig: sig, h: h, c: c, sub: sub}
+	return subscribedURI{srv: srv, src: src, h: h, c: c, sub: sub}
 }
 
 // signal is one signal a recorder received.

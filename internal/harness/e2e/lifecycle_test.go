@@ -52,47 +52,56 @@ func TestContinueAsNewUnderSignalStorm(t *testing.T) {
 	s.startChaosHTTP("storm", map[string]string{"demo://notes/1": "v1"})
 	s.mustCLI("subscribe", "storm", "demo://notes/1")
 	sub := s.waitDigest("storm", "demo://notes/1", ledger.Digest([]byte("v1")))
+	v, sent, counted := s.storm(sub, 10000, 2, func(u contract.ResourceUpdated) error {
+		return s.tc.SignalWorkflow(s.ctx, sub.WorkflowID, "", contract.SignalResourceUpdated, u)
+	})
+	t.Logf("10,000 signals sent in %s, all counted after %s; %d continue-as-new; %d reads",
+		sent.Round(time.Millisecond), counted.Round(time.Millisecond), v.ContinuedAsNew, v.Counters.Reads)
+}
 
-	const total, senders = 10000, 8
+// storm sends total notifications of sub's URI to its workflow from 8 goroutines (send
+// delivers one), waits until the workflow has counted every one of them exactly, and checks
+// that it continued as new at least minContinued times, that reads stayed coalesced and that
+// the server lists one run per continue-as-new and the current one. It returns the workflow's
+// final view, how long sending took and how long until all were counted.
+func (s *stack) storm(sub ledger.Subscription, total, minContinued int, send func(contract.ResourceUpdated) error) (v contract.StateView, sent, counted time.Duration) {
+	t := s.t
+	t.Helper()
+	const senders = 8
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, senders)
-	for g := 0; g < senders; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for g := range senders {
+		wg.Go(func() {
 			for i := g; i < total; i += senders {
-				err := s.tc.SignalWorkflow(s.ctx, sub.WorkflowID, "", contract.SignalResourceUpdated,
-					contract.ResourceUpdated{SessionGeneration: sub.SessionGeneration, Seq: int64(1_000_000 + i), ServerURI: "demo://notes/1"})
-				if err != nil {
-					errs <- fmt.Errorf("signal %d: %w", i, err)
+				u := contract.ResourceUpdated{SessionGeneration: sub.SessionGeneration, Seq: int64(1_000_000 + i), ServerURI: sub.ServerURI}
+				if err := send(u); err != nil {
+					errs <- fmt.Errorf("notification %d: %w", i, err)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
 	}
-	sent := time.Since(start)
-	var v contract.StateView
-	eventually(t, 2*time.Minute, "all signals counted", func() (bool, string) {
+	sent = time.Since(start)
+	eventually(t, 2*time.Minute, "all notifications counted", func() (bool, string) {
 		var err error
 		v, err = s.queryState(sub.WorkflowID)
 		if err != nil {
 			return false, err.Error()
 		}
-		return v.Counters.Notifications == total && v.State == mcpsync.StateActive,
+		return v.Counters.Notifications == int64(total) && v.State == mcpsync.StateActive,
 			fmt.Sprintf("counted %d of %d, state %s, runs %d", v.Counters.Notifications, total, v.State, v.ContinuedAsNew+1)
 	})
-	t.Logf("10,000 signals sent in %s, all counted after %s; %d continue-as-new; %d reads",
-		sent.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), v.ContinuedAsNew, v.Counters.Reads)
-	if v.ContinuedAsNew < 2 {
-		t.Errorf("continued as new %d times, want at least 2", v.ContinuedAsNew)
+	counted = time.Since(start)
+	if v.ContinuedAsNew < minContinued {
+		t.Errorf("continued as new %d times, want at least %d", v.ContinuedAsNew, minContinued)
 	}
-	if v.Counters.Reads >= total/2 {
+	if v.Counters.Reads >= int64(total/2) {
 		t.Errorf("%d reads for %d notifications: pulses were not coalesced", v.Counters.Reads, total)
 	}
 	resp, err := s.tc.ListWorkflow(s.ctx, &workflowservice.ListWorkflowExecutionsRequest{
@@ -104,6 +113,7 @@ func TestContinueAsNewUnderSignalStorm(t *testing.T) {
 	if got := len(resp.GetExecutions()); got != v.ContinuedAsNew+1 {
 		t.Errorf("%d runs listed, workflow counted %d continue-as-new", got, v.ContinuedAsNew)
 	}
+	return v, sent, counted
 }
 
 // The Temporal UI finds a subscription by source, URI, state and principal (search

@@ -2,20 +2,16 @@ package e2e_test
 
 import (
 	"errors"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"go.temporal.io/server/common/dynamicconfig"
 
-	"github.com/mcpsync/mcpsync"
 	"github.com/mcpsync/mcpsync/internal/contract"
 	"github.com/mcpsync/mcpsync/internal/ledger"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
@@ -40,59 +36,16 @@ func TestContinueAsNewUnderUpdateStorm(t *testing.T) {
 	s.mustCLI("subscribe", "ustorm", "demo://notes/1")
 	sub := s.waitDigest("ustorm", "demo://notes/1", ledger.Digest([]byte("v1")))
 
-	const total, senders = 2000, 8
-	start := time.Now()
 	var signalled atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, senders)
-	for g := range senders {
-		wg.Go(func() {
-			for i := g; i < total; i += senders {
-				byUpdate, err := mcphost.DeliverNotification(s.ctx, s.tc, s.tc, sub.WorkflowID,
-					contract.ResourceUpdated{SessionGeneration: sub.SessionGeneration, Seq: int64(1_000_000 + i), ServerURI: "demo://notes/1"})
-				if err != nil {
-					errs <- fmt.Errorf("notification %d: %w", i, err)
-					return
-				}
-				if !byUpdate {
-					signalled.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	sent := time.Since(start)
-	var v contract.StateView
-	eventually(t, 2*time.Minute, "all notifications counted", func() (bool, string) {
-		var err error
-		v, err = s.queryState(sub.WorkflowID)
-		if err != nil {
-			return false, err.Error()
+	v, sent, counted := s.storm(sub, 2000, 4, func(u contract.ResourceUpdated) error {
+		byUpdate, err := mcphost.DeliverNotification(s.ctx, s.tc, s.tc, sub.WorkflowID, u)
+		if err == nil && !byUpdate {
+			signalled.Add(1)
 		}
-		return v.Counters.Notifications == total && v.State == mcpsync.StateActive,
-			fmt.Sprintf("counted %d of %d, state %s, runs %d", v.Counters.Notifications, total, v.State, v.ContinuedAsNew+1)
+		return err
 	})
 	t.Logf("2,000 notifications delivered in %s (%d as signals), all counted after %s; %d continue-as-new; %d reads",
-		sent.Round(time.Millisecond), signalled.Load(), time.Since(start).Round(time.Millisecond), v.ContinuedAsNew, v.Counters.Reads)
-	if v.ContinuedAsNew < 4 {
-		t.Errorf("continued as new %d times, want at least 4 (400 updates per run)", v.ContinuedAsNew)
-	}
-	if v.Counters.Reads >= total/2 {
-		t.Errorf("%d reads for %d notifications: pulses were not coalesced", v.Counters.Reads, total)
-	}
-	resp, err := s.tc.ListWorkflow(s.ctx, &workflowservice.ListWorkflowExecutionsRequest{
-		Namespace: s.ts.GetDefaultNamespace(), Query: fmt.Sprintf("WorkflowId = %q", sub.WorkflowID),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := len(resp.GetExecutions()); got != v.ContinuedAsNew+1 {
-		t.Errorf("%d runs listed, workflow counted %d continue-as-new", got, v.ContinuedAsNew)
-	}
+		sent.Round(time.Millisecond), signalled.Load(), counted.Round(time.Millisecond), v.ContinuedAsNew, v.Counters.Reads)
 }
 
 // legacySubscription stands for a subscription workflow built before notifications came as
