@@ -47,7 +47,9 @@ type Conn struct {
 	// slots bounds the notification updates in flight (DefaultUpdatesInFlight, deliver.go);
 	// deliveries counts them, and dclosed (under dmu) sends any later one synchronously once
 	// route has waited for them.
-	slots      chan struct{}
+	slots chan struct{}
+	// slotWaits counts the deliveries waiting for a free slot.
+	slotWaits  atomic.Int64
 	dmu        sync.Mutex
 	dclosed    bool
 	deliveries sync.WaitGroup

@@ -105,9 +105,13 @@ func (c *Conn) deliver(ctx context.Context, norm string, t ledger.NotificationTa
 		// The delivery may outlive the routing call that started it; it keeps its trace.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), updateDeadline)
 		defer cancel()
-		if err := c.update(dctx, up, t.WorkflowID, u, log); err != nil {
+		byUpdate, err := DeliverNotification(dctx, up, c.host.opts.Signaler, t.WorkflowID, u)
+		switch {
+		case err != nil:
 			c.forgetSignalled(norm, t, u.ReceivedAt)
 			log.Warn("delivering a notification to its subscription failed", zap.String("workflow", t.WorkflowID), zap.Error(err))
+		case !byUpdate:
+			log.Debug("notification update refused; signalled instead", zap.String("workflow", t.WorkflowID))
 		}
 	}
 	c.dmu.Lock()
@@ -118,7 +122,9 @@ func (c *Conn) deliver(ctx context.Context, norm string, t ledger.NotificationTa
 	}
 	c.deliveries.Add(1)
 	c.dmu.Unlock()
+	c.slotWaits.Add(1)
 	c.slots <- struct{}{}
+	c.slotWaits.Add(-1)
 	go func() {
 		defer func() { <-c.slots; c.deliveries.Done() }()
 		send()
@@ -143,16 +149,6 @@ func (c *Conn) signal(ctx context.Context, workflowID string, u contract.Resourc
 		return false
 	}
 	return true
-}
-
-// update delivers u to workflowID (DeliverNotification) and logs a notification that went as a
-// signal instead of an update.
-func (c *Conn) update(ctx context.Context, up Updater, workflowID string, u contract.ResourceUpdated, log *zap.Logger) error {
-	byUpdate, err := DeliverNotification(ctx, up, c.host.opts.Signaler, workflowID, u)
-	if err == nil && !byUpdate {
-		log.Debug("notification update refused; signalled instead", zap.String("workflow", workflowID))
-	}
-	return err
 }
 
 // DeliverNotification delivers u to the workflow workflowID as the resource-updated workflow

@@ -166,7 +166,7 @@ func TestNotificationDeliveredByUpdate(t *testing.T) {
 				want = append(want, fmt.Sprintf(w, c.Generation(), seq))
 			}
 			up.wait(t, "the calls", func(s []signal) bool { return len(kinds(s)) >= len(want) })
-			time.Sleep(300 * time.Millisecond) // nothing more comes
+			s.stop() // every delivery has ended: nothing more comes
 			got := kinds(up.all())
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("calls (-want +got):\n%s", diff)
@@ -202,13 +202,17 @@ func TestFailedUpdateIsNotLeftPending(t *testing.T) {
 			srv, sub := s.srv, s.sub
 			srv.Set(u, "1", "text/plain")
 			up.wait(t, "the first update", func(s []signal) bool { return len(kinds(s)) == 1 })
-			time.Sleep(100 * time.Millisecond) // its outcome handled
+			target := ledger.NotificationTarget{SubscriptionID: sub.ID, Generation: sub.Generation, WorkflowID: sub.WorkflowID}
+			waitFor(t, 10*time.Second, "the first update's outcome handled", func() (bool, string) {
+				pending := s.c.SignalPending(u, target)
+				return pending == (tt.want == 1), fmt.Sprintf("pending %v", pending)
+			})
 			srv.Set(u, "2", "text/plain")
 			waitFor(t, 10*time.Second, "the second notification recorded", func() (bool, string) {
 				n := f.sub(sub.ID).LastNotificationSeq
 				return n >= 2, fmt.Sprintf("last notification %d", n)
 			})
-			time.Sleep(300 * time.Millisecond)
+			s.stop() // every delivery has ended
 			if got := len(kinds(up.all())); got != tt.want {
 				t.Errorf("%d updates, want %d: %v", got, tt.want, kinds(up.all()))
 			}
@@ -238,12 +242,12 @@ func TestUpdatesInFlightBounded(t *testing.T) {
 		}
 		srv.Set(u, "1", "text/plain")
 	}
-	waitFor(t, 10*time.Second, "two updates in flight", func() (bool, string) {
+	waitFor(t, 10*time.Second, "two updates in flight and routing waiting for a slot", func() (bool, string) {
 		up.mu.Lock()
 		defer up.mu.Unlock()
-		return up.inFlight == 2, fmt.Sprintf("%d in flight", up.inFlight)
+		w := c.WaitingForSlot()
+		return up.inFlight == 2 && w > 0, fmt.Sprintf("%d in flight, %d waiting for a slot", up.inFlight, w)
 	})
-	time.Sleep(300 * time.Millisecond) // a third would be in flight by now
 	close(up.release)
 	up.wait(t, "every notification delivered", func(s []signal) bool { return len(kinds(s)) == len(uris) })
 	up.mu.Lock()

@@ -16,6 +16,9 @@ func SetUpdatesInFlight(n int) (restore func()) {
 	return func() { updatesInFlight = old }
 }
 
+// WaitingForSlot returns how many deliveries of the session wait for a free update slot.
+func (c *Conn) WaitingForSlot() int64 { return c.slotWaits.Load() }
+
 // QueueState returns how many notifications wait in the session's queue and how many the
 // pending overflow stands for.
 func (c *Conn) QueueState() (queued int, dropped int64) {

@@ -3,6 +3,9 @@ package mcphost
 import (
 	"slices"
 	"time"
+
+	"github.com/mcpsync/mcpsync/internal/ledger"
+	"github.com/mcpsync/mcpsync/internal/uri"
 )
 
 // Holders returns the IDs of the subscriptions holding the server-side subscription of
@@ -66,3 +69,13 @@ func (l *ListenSet) ControlAcknowledged() bool {
 // SetTapEndHook makes every HTTP listen tap run f when its stream's body has ended, before it
 // decides how the stream ended (nil: none).
 func SetTapEndHook(f func()) { tapEndHook = f }
+
+// SignalPending reports whether a notification of the server URI u needs no delivery to t now:
+// t holds a pending one no read has answered (signalPending).
+func (c *Conn) SignalPending(u string, t ledger.NotificationTarget) bool {
+	norm, err := uri.Normalize(u)
+	if err != nil {
+		norm = u
+	}
+	return c.signalPending(norm, t)
+}

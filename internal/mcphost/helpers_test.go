@@ -95,6 +95,14 @@ func (f *fixture) addSource(spec ledger.SourceSpec) ledger.Source {
 // unless set.
 func (f *fixture) startHost(queue string, opts mcphost.Options, sig mcphost.Signaler) *mcphost.Host {
 	f.t.Helper()
+	h, _ := f.startStoppableHost(queue, opts, sig)
+	return h
+}
+
+// startStoppableHost is startHost that also returns a function stopping the host and waiting
+// until Run has returned (every session ended, its notifications routed and delivered).
+func (f *fixture) startStoppableHost(queue string, opts mcphost.Options, sig mcphost.Signaler) (*mcphost.Host, func()) {
+	f.t.Helper()
 	opts.Store, opts.Signaler, opts.Queue = f.store, sig, queue
 	if opts.ClaimInterval == 0 {
 		opts.ClaimInterval = 50 * time.Millisecond
@@ -110,11 +118,12 @@ func (f *fixture) startHost(queue string, opts mcphost.Options, sig mcphost.Sign
 		defer close(done)
 		_ = h.Run(ctx)
 	}()
-	f.t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		<-done
 	})
-	return h
+	f.t.Cleanup(stop)
+	return h, stop
 }
 
 // waitSession waits for a live session of the source with a generation above after.
@@ -279,8 +288,10 @@ type subscribedURI struct {
 	src ledger.Source
 	sig *recorder
 	h   *mcphost.Host
-	c   *mcphost.Conn
-	sub ledger.Subscription
+	// stop stops h and waits for it (startStoppableHost).
+	stop func()
+	c    *mcphost.Conn
+	sub  ledger.Subscription
 }
 
 // subscribeURI sets up a subscribedURI for u, whose body starts as "0".
@@ -299,13 +310,13 @@ func (f *fixture) subscribeWith(u string, opts mcphost.Options, sigr mcphost.Sig
 	srv, hs := f.chaosHTTP(chaosmcp.Options{})
 	srv.Set(u, "0", "text/plain")
 	src := f.addSource(ledger.SourceSpec{Name: "chaos", Transport: ledger.TransportHTTP, URL: hs.URL})
-	h := f.startHost("host-a", opts, sigr)
+	h, stop := f.startStoppableHost("host-a", opts, sigr)
 	c := f.waitSession(h, src.ID, 0)
 	sub := f.activeSub(src.ID, u, c.Generation())
 	if err := c.Subscribe(f.ctx, u, sub.ID); err != nil {
 		f.t.Fatal(err)
 	}
-	return subscribedURI{srv: srv, src: src, h: h, c: c, sub: sub}
+	return subscribedURI{srv: srv, src: src, h: h, stop: stop, c: c, sub: sub}
 }
 
 // signal is one signal a recorder received.
