@@ -89,8 +89,10 @@ type SubscriptionState struct {
 // Counters count what a subscription did, so read amplification can be measured (R27).
 type Counters struct {
 	Notifications int64 // notifications received (merged pulses counted one by one)
-	// Signals counts ResourceUpdated signals received: a burst the host merged into one signal
-	// is one, so Notifications - Signals is what the host merged (R27).
+	// Signals counts ResourceUpdated deliveries received, as signals or as resource-updated
+	// workflow updates alike (the name is kept: it is part of the carried state): a burst the
+	// host merged into one delivery is one, so Notifications - Signals is what the host merged
+	// (R27).
 	Signals            int64 `json:",omitempty"`
 	NotificationsStale int64 // old-session or duplicate notifications ignored
 	// PulsesCovered counts notifications that arrived during a read but had reached the host

@@ -299,7 +299,7 @@ func stormEra(ctx context.Context, g *run, protocol string) ([]Row, error) {
 		Requirement: "R27", Metric: fmt.Sprintf("duplicate storm (%s): read amplification under duplicate notifications", protocol), Threshold: "< 1.2x",
 		Measured: fmt.Sprintf("%.3fx", amp), Value: amp, Pass: amp < 1.2,
 		Detail: fmt.Sprintf("%d changes notified %d times (%d copies each, %s apart), counted when quiescent: %d reads (%s); "+
-			"the workflows received %d notifications as %d signals (%d merged in the host), %d signals caused no read of their own (coalesced in the workflow; %d notifications were stale or duplicate, %d covered by a read sent after they reached the host)",
+			"the workflows received %d notifications in %d deliveries (signals or workflow updates; %d merged in the host), %d deliveries caused no read of their own (coalesced in the workflow; %d notifications were stale or duplicate, %d covered by a read sent after they reached the host)",
 			changes, notified, copies, g.opts.StormSpacing, after-before, reasonsText(reasonsAfter, reasonsBefore), d.Notifications, d.Signals, merged, coalesced, d.Stale, d.Covered),
 	}}, nil
 }
