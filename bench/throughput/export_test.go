@@ -2,6 +2,7 @@ package throughput
 
 import (
 	"io"
+	"strings"
 	"time"
 
 	"github.com/mcpsync/mcpsync/internal/harness/floor"
@@ -15,4 +16,31 @@ func PrintFloorUpdate(out io.Writer, n int, fl floor.Result, busy, self, pg time
 		return cpuCost{used: cpuReading{busy: busy, self: self, pg: pg}, updates: r.Accepted}
 	}
 	printFloorUpdate(out, n, fl, cost(fl, busy, self, pg), flU, cost(flU, busyU, selfU, pgU))
+}
+
+// Step is what a step of the bench's searches measured at a rate.
+type Step struct {
+	P99       time.Duration
+	Converged bool // every update accepted
+}
+
+// Searches runs the saturation search from rate (at most steps steps) and then the latency
+// goal's search (at most goalBudget of its steps fit), measuring each rate with at, and
+// returns the rates each tried (rounded to a tenth) and each one's best, and the goal search's
+// description.
+func Searches(rate float64, steps, goalBudget int, at func(rate float64) Step) (satTried []float64, satBest float64, goalTried []float64, goalBest float64, goalText string) {
+	measure := func(r float64) (e2eResult, error) {
+		m := at(r)
+		return e2eResult{rate: r, offered: r, perSec: r, p99: m.P99, converged: m.Converged}, nil
+	}
+	first, _ := measure(rate)
+	sat, _ := stepSearch(rate, first, saturationP99, steps, func(int) bool { return true }, measure)
+	goal, _ := goalSearch(sat, func(i int) bool { return i < goalBudget }, measure)
+	rates := func(s saturation) (out []float64) {
+		for _, r := range s.tried {
+			out = append(out, float64(int(r.rate*10+0.5))/10)
+		}
+		return out
+	}
+	return rates(sat), sat.best, rates(goal), goal.best, strings.TrimSpace(goal.describe() + goal.skipped)
 }
