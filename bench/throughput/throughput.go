@@ -407,21 +407,23 @@ func run(ctx context.Context, c config) error {
 	// Saturation: the highest offered rate with p99 <= 1 s, stepping by 1.5x from -rate.
 	if c.step > 0 && c.steps > 0 {
 		measure := func(rate float64) (e2eResult, error) { return e.m.step(ctx, st, rate, c.step) }
-		sat, err := stepSearch(c.rate, e2e, saturationP99, c.steps, func(step int) bool {
-			// One more step needs the step and its drain (typically a few seconds, at most
-			// 30 s). The saturation point is a figure issue 16 asks for and the in-memory
-			// variant is optional, so the first two steps do not wait for it; later ones leave
-			// it its time.
+		// One more step needs the step and its drain (typically a few seconds, at most 30 s),
+		// and, when it must, still leaves the in-memory variant its time.
+		room := func(keepMemory bool) bool {
 			need := c.step + 30*time.Second
-			if step >= 2 {
+			if keepMemory {
 				need += memoryCost
 			}
 			return b.left() >= need
-		}, measure)
+		}
+		// The saturation point is a figure issue 16 asks for and the in-memory variant is
+		// optional, so the first two steps do not wait for it; later ones leave it its time.
+		sat, err := stepSearch(c.rate, e2e, saturationP99, c.steps, func(step int) bool { return room(step >= 2) }, measure)
 		if err != nil {
 			return err
 		}
-		benchline.Print(out, fig(name("e2e-saturation"), sat.best, "/s"))
+		satFig := fig(name("e2e-saturation"), sat.best, "/s")
+		benchline.Print(out, satFig)
 		last := sat.tried[len(sat.tried)-1]
 		switch {
 		case sat.best == 0:
@@ -446,11 +448,11 @@ func run(ctx context.Context, c config) error {
 		// The latency goal: the highest rate tried with p99 <= 250 ms, or else steps down from
 		// the lowest rate tried. Optional like the in-memory variant, so every step leaves it
 		// its time.
-		goal, err := goalSearch(sat, func(int) bool { return b.left() >= c.step+30*time.Second+memoryCost }, measure)
+		goal, err := goalSearch(sat, func(int) bool { return room(true) }, measure)
 		if err != nil {
 			return err
 		}
-		benchline.PrintVs(out, fig(name("e2e-p99-goal-rate"), goal.best, "/s"), fig(name("e2e-saturation"), sat.best, "/s"))
+		benchline.PrintVs(out, fig(name("e2e-p99-goal-rate"), goal.best, "/s"), satFig)
 		if goal.best == 0 {
 			fmt.Printf("throughput: e2e-p99-goal-rate 0: no rate tried had p99 <= %s\n", goalP99)
 		}
@@ -932,7 +934,7 @@ func (s saturation) bestResult() (e2eResult, bool) {
 // within is s's measurements judged against another bound, without new steps: best is the
 // highest rate tried that met it.
 func (s saturation) within(bound time.Duration) saturation {
-	w := saturation{bound: bound, tried: s.tried, searchedDown: s.searchedDown}
+	w := saturation{bound: bound, tried: s.tried}
 	for _, r := range s.tried {
 		if r.meets(bound) {
 			w.best = max(w.best, r.offered)
