@@ -25,10 +25,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -124,6 +127,7 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 	// list_changed would start scans of its own; the measured scans are the CLI's.
 	srv.SuppressListChanged(true)
 	var raw, direct, changed, unchanged []time.Duration
+	var pairs []float64  // each changed-set scan against the raw listing just before it
 	var stored []float64 // entries a changed-set scan wrote to the ledger (chunks it added)
 	listed := 0
 	var longest time.Duration // the longest run so far (raw listing, one round, A/B scan)
@@ -180,6 +184,7 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 		kind := "changed set"
 		if cold {
 			changed = append(changed, d)
+			pairs = append(pairs, pairRatio(d, raw[len(raw)-1]))
 			// The chunks of entries stored since the request (migration 0018: only those
 			// the last catalog's set did not hold).
 			var n int64
@@ -209,6 +214,8 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 	fmt.Printf("mcpsync A/B double scan, unchanged set (request→catalog): %s  ratio %.2fx\n",
 		median(unchanged).Round(time.Millisecond), float64(median(unchanged))/float64(r))
 	fmt.Printf("entries a changed-set scan stored in the ledger:           %.0f of %d listed\n", median(stored), listed)
+	lo, hi := slices.Min(pairs), slices.Max(pairs)
+	fmt.Printf("each changed-set scan against the raw listing just before it: %s (%.2f-%.2fx)\n", ratios(pairs), lo, hi)
 	secs := func(name string, d time.Duration) benchline.Figure {
 		return benchline.Figure{Name: fmt.Sprintf("%s-%d", name, n), Value: d.Seconds(), Unit: "s"}
 	}
@@ -217,6 +224,10 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 	benchline.PrintVs(os.Stdout, secs("scan-round", median(direct)), raw1)
 	benchline.PrintVs(os.Stdout, secs("scan-ab", median(changed)), raw1)
 	benchline.PrintVs(os.Stdout, secs("scan-ab-unchanged", median(unchanged)), raw1)
+	// The spread of the pairs: a median ratio that moved less than it between two runs is
+	// inside the bench's noise.
+	benchline.Print(os.Stdout, benchline.Figure{Name: fmt.Sprintf("scan-ab-ratio-lowest-%d", n), Value: lo})
+	benchline.Print(os.Stdout, benchline.Figure{Name: fmt.Sprintf("scan-ab-ratio-highest-%d", n), Value: hi})
 	benchline.PrintVs(os.Stdout, benchline.Figure{Name: fmt.Sprintf("scan-ab-stored-entries-%d", n), Value: median(stored), Unit: "entries"},
 		benchline.Figure{Name: fmt.Sprintf("scan-ab-listed-entries-%d", n), Value: float64(listed), Unit: "entries"})
 	return nil
@@ -284,6 +295,21 @@ func waitCatalog(ctx context.Context, st *ledger.Store, sourceID int64) error {
 		}
 	}
 	return fmt.Errorf("no catalog of source %d within 5 minutes", sourceID)
+}
+
+// pairRatio is a scan's time over the raw listing's measured just before it, rounded to two
+// decimals: one run's ratio, whose spread over the runs shows the bench's noise.
+func pairRatio(scan, raw time.Duration) float64 {
+	return math.Round(100*float64(scan)/float64(raw)) / 100
+}
+
+// ratios renders xs with two decimals each, separated by spaces.
+func ratios(xs []float64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(s, " ")
 }
 
 // median is the middle value of xs (of an even count, the upper of the two).
