@@ -71,7 +71,8 @@ conformance:
 ## subscriptions at 150 mutations/s: accepted/s and p50/p99 next to the floor (the simplest
 ## entity workflow at the same rate on the same server), a raw go-sdk read loop, history events
 ## and workflow tasks per update, the saturation point (p99 <= 1 s), the highest rate tried
-## inside the latency goal (p99 <= 250 ms; up to two steps further down when none was), and
+## inside the latency goal (p99 <= 250 ms; up to two steps further down when none was, then one
+## between it and the next rate tried above it), and
 ## the same workload on the in-memory Temporal test server beside it (memory-* figures,
 ## labelled). With TEMPORAL_ADDRESS set it runs against that cluster. THROUGHPUTFLAGS passes
 ## flags (see -help):

@@ -26,7 +26,8 @@ type Step struct {
 
 // Searches runs the saturation search from rate (at most steps steps) and then the latency
 // goal's search (at most goalBudget of its steps fit), measuring each rate with at, and
-// returns the rates each tried (rounded to a tenth) and each one's best, and the goal search's
+// returns the rates each tried (rounded to a tenth) and each one's best — the saturation
+// point's over every rate measured, as the bench prints it —, and the goal search's
 // description.
 func Searches(rate float64, steps, goalBudget int, at func(rate float64) Step) (satTried []float64, satBest float64, goalTried []float64, goalBest float64, goalText string) {
 	measure := func(r float64) (e2eResult, error) {
@@ -36,11 +37,12 @@ func Searches(rate float64, steps, goalBudget int, at func(rate float64) Step) (
 	first, _ := measure(rate)
 	sat, _ := stepSearch(rate, first, saturationP99, steps, func(int) bool { return true }, measure)
 	goal, _ := goalSearch(sat, func(i int) bool { return i < goalBudget }, measure)
+	all := sat.with(goal.tried)
 	rates := func(s saturation) (out []float64) {
 		for _, r := range s.tried {
 			out = append(out, float64(int(r.rate*10+0.5))/10)
 		}
 		return out
 	}
-	return rates(sat), sat.best, rates(goal), goal.best, strings.TrimSpace(goal.describe() + goal.skipped)
+	return rates(sat), all.best, rates(goal), goal.best, strings.TrimSpace(goal.describe() + goal.skipped)
 }

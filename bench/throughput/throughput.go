@@ -25,7 +25,7 @@
 //     and latency of updates in a burst of changes of their resource (as the host counts one);
 //   - the saturation point: the highest offered rate with p99 ≤ 1 s, by a short step search,
 //     and the highest rate tried with p99 within the goal of 250 ms (stepping further down
-//     when no rate tried met it);
+//     when no rate tried met it, then once between it and the next rate tried above it);
 //   - with the embedded server, the in-memory variant (-memory): the same workload at the same
 //     rate on a fresh stack with the in-memory test server (temporaltest), printed as memory-*
 //     figures beside the embedded default's, labelled as such.
@@ -422,9 +422,19 @@ func run(ctx context.Context, c config) error {
 		if err != nil {
 			return err
 		}
+		last := sat.tried[len(sat.tried)-1]
+		// The latency goal: the highest rate tried with p99 <= 250 ms, or else steps down from
+		// the lowest rate tried; then one step between. Optional like the in-memory variant,
+		// so every step leaves it its time.
+		goal, err := goalSearch(sat, func(int) bool { return room(true) }, measure)
+		if err != nil {
+			return err
+		}
+		// Every rate measured counts for the saturation point too: the goal's step between
+		// two rates may have met p99 <= 1 s above the saturation search's point.
+		sat = sat.with(goal.tried)
 		satFig := fig(name("e2e-saturation"), sat.best, "/s")
 		benchline.Print(out, satFig)
-		last := sat.tried[len(sat.tried)-1]
 		switch {
 		case sat.best == 0:
 			fmt.Printf("throughput: e2e-saturation 0: no rate tried had p99 <= %s\n", saturationP99)
@@ -445,13 +455,6 @@ func run(ctx context.Context, c config) error {
 				fig("machine-cores", float64(runtime.NumCPU()), "cores"))
 		}
 
-		// The latency goal: the highest rate tried with p99 <= 250 ms, or else steps down from
-		// the lowest rate tried. Optional like the in-memory variant, so every step leaves it
-		// its time.
-		goal, err := goalSearch(sat, func(int) bool { return room(true) }, measure)
-		if err != nil {
-			return err
-		}
 		benchline.PrintVs(out, fig(name("e2e-p99-goal-rate"), goal.best, "/s"), satFig)
 		if goal.best == 0 {
 			fmt.Printf("throughput: e2e-p99-goal-rate 0: no rate tried had p99 <= %s\n", goalP99)
@@ -943,6 +946,14 @@ func (s saturation) within(bound time.Duration) saturation {
 	return w
 }
 
+// with is s judged again over every measurement in tried (which holds s's own): its point is
+// the highest rate in tried that met s's bound.
+func (s saturation) with(tried []e2eResult) saturation {
+	w := saturation{tried: tried}.within(s.bound)
+	w.searchedDown, w.skipped = s.searchedDown, s.skipped
+	return w
+}
+
 // lowest is the measurement at the lowest rate tried.
 func (s saturation) lowest() e2eResult {
 	low := s.tried[0]
@@ -1010,17 +1021,53 @@ func stepSearch(rate float64, first e2eResult, bound time.Duration, steps int, m
 }
 
 // goalSearch judges sat's measurements against the latency goal (goalP99) and, when none met
-// it, steps down from the lowest rate sat tried, at most goalSteps steps; the result's tried
-// holds sat's measurements and its own.
+// it, steps down from the lowest rate sat tried, at most goalSteps steps; then, when a rate met
+// it, refine tries once between that rate and the next one tried above it. The result's tried
+// holds sat's measurements and its own; more(i) says whether there is time for its step i.
 func goalSearch(sat saturation, more func(step int) bool, measure func(rate float64) (e2eResult, error)) (saturation, error) {
 	goal := sat.within(goalP99)
-	if goal.best > 0 {
-		return goal, nil
+	taken := 0
+	if goal.best == 0 {
+		lowest := sat.lowest()
+		down, err := stepSearch(lowest.rate, lowest, goalP99, goalSteps, more, measure)
+		down.tried = append(sat.tried[:len(sat.tried):len(sat.tried)], down.tried[1:]...)
+		if err != nil || down.best == 0 {
+			return down, err
+		}
+		goal, taken = down, len(down.tried)-len(sat.tried)
 	}
-	lowest := sat.lowest()
-	down, err := stepSearch(lowest.rate, lowest, goalP99, goalSteps, more, measure)
-	down.tried = append(sat.tried[:len(sat.tried):len(sat.tried)], down.tried[1:]...)
-	return down, err
+	return goal.refine(func(int) bool { return more(taken) }, measure)
+}
+
+// refine measures once more at the geometric mean of s's point (the highest rate tried that met
+// the bound) and the lowest rate tried above it that did not, when the two are more than ×1.25
+// apart and more(0) leaves time: the ×1.5 steps bracket the point to within ×1.22 instead.
+func (s saturation) refine(more func(step int) bool, measure func(rate float64) (e2eResult, error)) (saturation, error) {
+	if s.best == 0 {
+		return s, nil
+	}
+	above := math.Inf(1)
+	for _, r := range s.tried {
+		if r.offered > s.best && !r.meets(s.bound) {
+			above = min(above, r.offered)
+		}
+	}
+	if math.IsInf(above, 1) || above <= 1.25*s.best {
+		return s, nil
+	}
+	if !more(0) {
+		s.skipped += fmt.Sprintf(" (no time to try between %.0f and %.0f/s: the budget)", s.best, above)
+		return s, nil
+	}
+	r, err := measure(math.Sqrt(s.best * above))
+	if err != nil {
+		return s, err
+	}
+	s.tried = append(s.tried[:len(s.tried):len(s.tried)], r)
+	if r.meets(s.bound) {
+		s.best = max(s.best, r.offered)
+	}
+	return s, nil
 }
 
 // step is one step of a search: rate offered for d, then, when not every update was accepted,
