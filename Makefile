@@ -83,7 +83,8 @@ conformance:
 ## invalidation delivered to its outbox consumer, over 1,000 subscriptions and 10 indexes, with
 ## the raw outbox insert-to-delivery baseline. BENCHFLAGS passes flags (see -help).
 ## Discovery: an A/B double scan of 100,000 resources against one raw go-sdk listing of the
-## same server over the same transport, and their ratio. SCANBENCHFLAGS passes flags.
+## same server over the same transport, and their ratio: the median of up to nine runs (as many
+## as the budget holds), each run's ratio and their spread. SCANBENCHFLAGS passes flags.
 ## Ledger: acceptResourceVersion with 8 writers (allocate+accept pairs, accepts only) against
 ## `pgbench -N` on the same cluster, and their ratio (goal >= 0.6); the server is
 ## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.
@@ -162,7 +163,7 @@ bench:
 	$(call BENCH_STEP,throughput,$(BENCH_BUDGET_throughput),$(BB)/mcpsync-bench throughput -worker-bin $(BIN)/mcpsync-worker -duration 20s -step 10s -steps 3 -memory 20s -budget $$(( $(BENCH_BUDGET_throughput) - 30 ))s $(THROUGHPUTFLAGS)); \
 	$(call BENCH_STEP,storm,$(BENCH_BUDGET_storm),$(BB)/mcpsync-bench gate --only storm); \
 	$(call BENCH_STEP,revoke,$(BENCH_BUDGET_revoke),$(BB)/mcpsync-bench revoke $(BENCHFLAGS)); \
-	$(call BENCH_STEP,scan,$(BENCH_BUDGET_scan),$(BB)/mcpsync-bench scan -budget $$(( $(BENCH_BUDGET_scan) - 12 ))s $(SCANBENCHFLAGS)); \
+	$(call BENCH_STEP,scan,$(BENCH_BUDGET_scan),$(BB)/mcpsync-bench scan -runs 9 -budget $$(( $(BENCH_BUDGET_scan) - 12 ))s $(SCANBENCHFLAGS)); \
 	$(call BENCH_STEP,ledger,$(BENCH_BUDGET_ledger),$(BB)/mcpsync-bench ledger -duration 9s -rounds 3 $(LEDGERBENCHFLAGS)); \
 	$(call BENCH_STEP,prune,$(BENCH_BUDGET_prune),$(BB)/mcpsync-bench prune -subscriptions 200 $(PRUNEBENCHFLAGS)); \
 	$(call BENCH_STEP,persistence,$(BENCH_BUDGET_persistence),$(BB)/mcpsync-bench persistence -duration 10s -drain 20s -workflows 300 $(PERSISTBENCHFLAGS)); \
