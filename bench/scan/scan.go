@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -297,10 +296,10 @@ func waitCatalog(ctx context.Context, st *ledger.Store, sourceID int64) error {
 	return fmt.Errorf("no catalog of source %d within 5 minutes", sourceID)
 }
 
-// pairRatio is a scan's time over the raw listing's measured just before it, rounded to two
-// decimals: one run's ratio, whose spread over the runs shows the bench's noise.
+// pairRatio is a scan's time over the raw listing's measured just before it: one run's ratio,
+// whose spread over the runs shows the bench's noise (printed with two decimals).
 func pairRatio(scan, raw time.Duration) float64 {
-	return math.Round(100*float64(scan)/float64(raw)) / 100
+	return float64(scan) / float64(raw)
 }
 
 // ratios renders xs with two decimals each, separated by spaces.
