@@ -103,8 +103,9 @@ type Options struct {
 	CursorRestarts int
 	// EntriesHint is how many entries the round is expected to list (the count of the last
 	// complete round of the same source); with it the entries are built in one slice of that
-	// capacity (at most MaxEntries) instead of per-page slices joined at the round's end. A
-	// wrong hint costs memory or one copy, never a different Result; 0 means no hint.
+	// capacity and an eighth more (at most MaxEntries, see entriesCapacity) instead of
+	// per-page slices joined at the round's end. A wrong hint costs memory or one copy, never
+	// a different Result; 0 means no hint.
 	EntriesHint int
 }
 
@@ -243,13 +244,25 @@ func Scan(ctx context.Context, l Lister, o Options) Result {
 	}
 }
 
+// entriesCapacity is the capacity of a round's entries slice for an entries hint: the hint
+// and an eighth more, at most maxEntries (0 for no hint). The headroom keeps a set that grew
+// since its last round in place: with the hint one short of 100,000 entries the last page
+// moved every entry to a larger array, 18.6 MB allocated per round against 8.6 MB and ≈ 20 %
+// more CPU (BenchmarkScanEntries), more under load (page faults on the new array).
+func entriesCapacity(hint, maxEntries int) int {
+	if hint <= 0 {
+		return 0
+	}
+	return min(hint+hint/8, maxEntries)
+}
+
 // scan is one start of a round: both lists from their first page.
 func (r *round) scan(ctx context.Context, l Lister) Result {
 	o := r.opts
 	if o.CursorKey != nil {
 		r.mac = hmac.New(sha256.New, o.CursorKey)
 	}
-	r.sink = newSink(min(max(o.EntriesHint, 0), o.MaxEntries))
+	r.sink = newSink(entriesCapacity(o.EntriesHint, o.MaxEntries))
 	ok := r.list(ctx, KindResource, func(ctx context.Context, cursor string) (mcp.Meta, string, error) {
 		res, err := l.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
 		if err != nil {

@@ -3,9 +3,12 @@ package discovery_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -127,15 +130,48 @@ func TestScanEntriesHint(t *testing.T) {
 	}
 }
 
+// A set that grew a little since its last round is built in place, as a set of the hinted
+// size is: the hint (the last round's count) leaves room for growth, so the page that passes
+// the old count does not move every entry before it to a larger array.
+func TestScanEntriesHintLeavesRoomToGrow(t *testing.T) {
+	const n, grown = 20000, 200
+	var uris []string
+	for i := range n + grown {
+		uris = append(uris, fmt.Sprintf("demo://r/%06d", i))
+	}
+	p := paged(100, uris...)
+	allocated := func(hint int) uint64 {
+		best := uint64(math.MaxUint64)
+		for range 3 {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			r := discovery.Scan(t.Context(), p, discovery.Options{EntriesHint: hint})
+			runtime.ReadMemStats(&after)
+			if !r.Complete || len(r.Entries) != n+grown+1 {
+				t.Fatalf("hint %d: complete %v with %d entries, want %d", hint, r.Complete, len(r.Entries), n+grown+1)
+			}
+			best = min(best, after.TotalAlloc-before.TotalAlloc)
+		}
+		return best
+	}
+	exact, last := allocated(n+grown+1), allocated(n)
+	array := uint64(n+grown) * uint64(unsafe.Sizeof(discovery.Entry{}))
+	if last > exact+array/4 {
+		t.Errorf("a set grown by %d of %d entries allocated %d bytes, the exact hint %d: the entries (%d bytes) moved to a larger array", grown, n, last, exact, array)
+	}
+}
+
 // BenchmarkScanEntries measures what a round costs beside its requests: building, normalizing
-// and digesting 100,000 entries listed in pages of 100 by a lister that answers at once.
+// and digesting 100,000 entries listed in pages of 100 by a lister that answers at once, with
+// no hint, with the hint of a set that grew by one entry since the last round, and with one
+// above the count.
 func BenchmarkScanEntries(b *testing.B) {
 	var uris []string
 	for i := range 100000 {
 		uris = append(uris, fmt.Sprintf("demo://items/%06d", i))
 	}
 	p := paged(100, uris...)
-	for _, hint := range []int{0, len(uris) + 1} {
+	for _, hint := range []int{0, len(uris) - 1, len(uris) + 1} {
 		b.Run(fmt.Sprintf("hint=%d", hint), func(b *testing.B) {
 			for b.Loop() {
 				if r := discovery.Scan(b.Context(), p, discovery.Options{CursorKey: []byte("k"), EntriesHint: hint}); r.Resources != len(uris) {
