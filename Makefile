@@ -83,8 +83,9 @@ conformance:
 ## invalidation delivered to its outbox consumer, over 1,000 subscriptions and 10 indexes, with
 ## the raw outbox insert-to-delivery baseline. BENCHFLAGS passes flags (see -help).
 ## Discovery: an A/B double scan of 100,000 resources against one raw go-sdk listing of the
-## same server over the same transport, and their ratio: the median of up to nine runs (as many
-## as the budget holds), each run's ratio and their spread. SCANBENCHFLAGS passes flags.
+## same server over the same transport, and their ratio: the median of up to nine runs of a
+## changed set alternating with nine of an unchanged one (as many as the budget holds), each
+## run's ratio and their spread. SCANBENCHFLAGS passes flags.
 ## Ledger: acceptResourceVersion with 8 writers (allocate+accept pairs, accepts only) against
 ## `pgbench -N` on the same cluster, and their ratio (goal >= 0.6); the server is
 ## $MCPSYNC_BENCH_DATABASE_URL, else a private cluster. LEDGERBENCHFLAGS passes flags.

@@ -13,8 +13,10 @@
 // With -era 2026-07-28 the server speaks both eras and every listing (raw, one round, the A/B
 // scan) runs on a 2026-07-28 session.
 //
-// With -budget, changed-set runs stop early (the medians are of those measured, and it says
-// so) when another would leave no time for the unchanged one.
+// The two sets are measured alternately, -runs times each: a changed-set scan, then an
+// unchanged re-check of the set it found, each after a raw listing of its own, so that both
+// medians come from the same stretch of the machine's time. With -budget the pairs stop early
+// (the medians are of those measured, and it says so) when the next would not fit.
 //
 //	go run ./bench scan [-resources 100000] [-page 100] [-runs 5] [-budget 50s] [-era 2025-11-25|2026-07-28]
 package scan
@@ -48,10 +50,10 @@ import (
 func Main() {
 	n := flag.Int("resources", 100000, "resources on the server")
 	page := flag.Int("page", 100, "the server's page size")
-	runs := flag.Int("runs", 5, "measurements of each kind (the median is reported)")
+	runs := flag.Int("runs", 5, "measurements of each kind, alternating (the median is reported)")
 	admin := flag.String("database", os.Getenv("MCPSYNC_BENCH_DATABASE_URL"), "admin URL of a Postgres server (empty: start a private one)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurements to this file")
-	budget := flag.Duration("budget", 0, "the run's time budget: changed-set runs stop when the next would not fit beside the unchanged one (0: no limit)")
+	budget := flag.Duration("budget", 0, "the run's time budget: the runs stop when the next pair (changed set, unchanged set) would not fit (0: no limit)")
 	era := flag.String("era", chaosmcp.ProtocolVersion, "protocol era of every session: "+chaosmcp.ProtocolVersion+" or "+chaosmcp.ProtocolModern)
 	flag.Parse()
 	if *runs < 1 || *budget < 0 {
@@ -126,85 +128,68 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 	// list_changed would start scans of its own; the measured scans are the CLI's.
 	srv.SuppressListChanged(true)
 	var raw, direct, changed, unchanged []time.Duration
-	var pairs []float64  // each changed-set scan against the raw listing just before it
-	var stored []float64 // entries a changed-set scan wrote to the ledger (chunks it added)
+	var pairs []float64     // each changed-set scan against the raw listing just before it
+	var unchPairs []float64 // each unchanged-set scan against the raw listing just before it
+	var stored []float64    // entries a changed-set scan wrote to the ledger (chunks it added)
 	listed := 0
-	var longest time.Duration // the longest run so far (raw listing, one round, A/B scan)
-	for i := 0; i <= runs; i++ {
-		cold := i < runs
-		if cold && budget > 0 && len(changed) > 0 && time.Since(start)+2*longest > budget {
-			fmt.Printf("scan bench: %d of %d changed-set runs measured: one more would leave no time for the unchanged set within -budget %s\n", len(changed), runs, budget)
-			i, cold = runs, false
+	var longest time.Duration // the longest pair so far (changed set, then unchanged)
+	for i := range runs {
+		if budget > 0 && i > 0 && time.Since(start)+longest > budget {
+			fmt.Printf("scan bench: %d of %d pairs of runs measured: one more would not fit within -budget %s\n", i, runs, budget)
+			break
 		}
-		runStart := time.Now()
-		if cold {
-			// A changed set: the scan stores its entries once (round B reuses round A's).
-			srv.Set(fmt.Sprintf("demo://items/new-%03d", i), "x", "text/plain")
-		}
-		want := len(srv.URIs())
-		d, items, err := rawListing(ctx, h.URL, era)
-		if err != nil {
-			return err
-		}
-		if items != want {
-			return fmt.Errorf("raw listing saw %d resources, want %d", items, want)
-		}
-		raw = append(raw, d)
-		dr, err := directRound(ctx, h.URL, want, era)
-		if err != nil {
-			return err
-		}
-		direct = append(direct, dr)
-		fmt.Printf("raw go-sdk listing: %s; one round (discovery.Scan) on a fresh session: %s\n", d.Round(time.Millisecond), dr.Round(time.Millisecond))
-		t0 := time.Now()
-		out, err := st.MustCLI(ctx, "scan", "bench", "--wait", "--json")
-		if err != nil {
-			return err
-		}
-		d = time.Since(t0)
-		var res struct {
-			Result contract.DiscoveryScanResult
-			Rounds []struct {
-				StartedAt time.Time
-				EndedAt   *time.Time
+		pairStart := time.Now()
+		for _, cold := range []bool{true, false} {
+			if cold {
+				// A changed set: the scan stores its entries once (round B reuses round A's).
+				srv.Set(fmt.Sprintf("demo://items/new-%03d", i), "x", "text/plain")
 			}
-		}
-		if err := json.Unmarshal([]byte(out), &res); err != nil {
-			return fmt.Errorf("scan output: %w", err)
-		}
-		if res.Result.Level != contract.ProofSnapshotUnproven || res.Result.Resources != want || len(res.Rounds) != 2 {
-			return fmt.Errorf("scan %d: %s with %d resources in %d rounds, want SNAPSHOT_UNPROVEN with %d in 2", i+1, res.Result.Level, res.Result.Resources, len(res.Rounds), want)
-		}
-		a, b := res.Rounds[0], res.Rounds[1]
-		c, err := st.Store.CatalogByID(ctx, res.Result.CatalogID)
-		if err != nil {
-			return err
-		}
-		kind := "changed set"
-		if cold {
-			changed = append(changed, d)
-			pairs = append(pairs, pairRatio(d, raw[len(raw)-1]))
-			// The chunks of entries stored since the request (migration 0018: only those
-			// the last catalog's set did not hold).
-			var n int64
-			if err := st.Store.Pool().QueryRow(ctx, `SELECT coalesce(sum(cardinality(server_uris)), 0)
-				FROM catalog_entry_chunks WHERE created_at >= $1`, t0).Scan(&n); err != nil {
-				return fmt.Errorf("entries stored by scan %d: %w", i+1, err)
+			want := len(srv.URIs())
+			d, items, err := rawListing(ctx, h.URL, era)
+			if err != nil {
+				return err
 			}
-			stored, listed = append(stored, float64(n)), want
-		} else {
-			kind = "unchanged set"
-			unchanged = append(unchanged, d)
+			if items != want {
+				return fmt.Errorf("raw listing saw %d resources, want %d", items, want)
+			}
+			raw = append(raw, d)
+			if cold {
+				dr, err := directRound(ctx, h.URL, want, era)
+				if err != nil {
+					return err
+				}
+				direct = append(direct, dr)
+				fmt.Printf("raw go-sdk listing: %s; one round (discovery.Scan) on a fresh session: %s\n", d.Round(time.Millisecond), dr.Round(time.Millisecond))
+			} else {
+				fmt.Printf("raw go-sdk listing: %s\n", d.Round(time.Millisecond))
+			}
+			sr, err := abScan(ctx, st, want)
+			if err != nil {
+				return fmt.Errorf("scan %d: %w", len(raw), err)
+			}
+			kind := "changed set"
+			if cold {
+				changed = append(changed, sr.took)
+				pairs = append(pairs, pairRatio(sr.took, d))
+				// The chunks of entries stored since the request (migration 0018: only those
+				// the last catalog's set did not hold).
+				var n int64
+				if err := st.Store.Pool().QueryRow(ctx, `SELECT coalesce(sum(cardinality(server_uris)), 0)
+					FROM catalog_entry_chunks WHERE created_at >= $1`, sr.start).Scan(&n); err != nil {
+					return fmt.Errorf("entries stored by scan %d: %w", len(raw), err)
+				}
+				stored, listed = append(stored, float64(n)), want
+			} else {
+				kind = "unchanged set"
+				unchanged = append(unchanged, sr.took)
+				unchPairs = append(unchPairs, pairRatio(sr.took, d))
+			}
+			fmt.Printf("A/B double scan, %s: %s\n", kind, sr)
 		}
-		longest = max(longest, time.Since(runStart))
-		fmt.Printf("A/B double scan, %s: %s = %s to round A, A %s, %s between, B %s, %s to catalog, %s to CLI exit\n",
-			kind, d.Round(time.Millisecond), a.StartedAt.Sub(t0).Round(time.Millisecond),
-			a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond), b.StartedAt.Sub(*a.EndedAt).Round(time.Millisecond),
-			b.EndedAt.Sub(b.StartedAt).Round(time.Millisecond), c.PublishedAt.Sub(*b.EndedAt).Round(time.Millisecond),
-			t0.Add(d).Sub(c.PublishedAt).Round(time.Millisecond))
+		longest = max(longest, time.Since(pairStart))
 	}
 	r := median(raw)
-	fmt.Printf("\nresources: %d, page size: %d, transport: streamable HTTP, era %s, medians of %d changed-set runs\n", n, page, era, len(changed))
+	fmt.Printf("\nresources: %d, page size: %d, transport: streamable HTTP, era %s, medians of %d changed-set and %d unchanged-set runs, alternating\n", n, page, era, len(changed), len(unchanged))
 	fmt.Printf("raw go-sdk listing (one pass):                            %s\n", r.Round(time.Millisecond))
 	fmt.Printf("one round's paging and digests alone (discovery.Scan):   %s  (2 rounds: %.2fx)\n",
 		median(direct).Round(time.Millisecond), 2*float64(median(direct))/float64(r))
@@ -215,6 +200,7 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 	fmt.Printf("entries a changed-set scan stored in the ledger:           %.0f of %d listed\n", median(stored), listed)
 	lo, hi := slices.Min(pairs), slices.Max(pairs)
 	fmt.Printf("each changed-set scan against the raw listing just before it: %s (%.2f-%.2fx)\n", ratios(pairs), lo, hi)
+	fmt.Printf("each unchanged-set scan against the raw listing just before it: %s (%.2f-%.2fx)\n", ratios(unchPairs), slices.Min(unchPairs), slices.Max(unchPairs))
 	secs := func(name string, d time.Duration) benchline.Figure {
 		return benchline.Figure{Name: fmt.Sprintf("%s-%d", name, n), Value: d.Seconds(), Unit: "s"}
 	}
@@ -230,6 +216,56 @@ func run(ctx context.Context, n, page, runs int, budget time.Duration, admin, er
 	benchline.PrintVs(os.Stdout, benchline.Figure{Name: fmt.Sprintf("scan-ab-stored-entries-%d", n), Value: median(stored), Unit: "entries"},
 		benchline.Figure{Name: fmt.Sprintf("scan-ab-listed-entries-%d", n), Value: float64(listed), Unit: "entries"})
 	return nil
+}
+
+// abRun is one A/B double scan requested through the CLI.
+type abRun struct {
+	start     time.Time     // the request
+	took      time.Duration // until the CLI exited
+	a, b      abRound
+	published time.Time // the catalog's publication
+}
+
+// abRound is one round of a scan as `mcpsync scan --json` prints it.
+type abRound struct {
+	StartedAt time.Time
+	EndedAt   *time.Time
+}
+
+// abScan runs `mcpsync scan bench --wait --json` on st and checks that it proved want resources
+// in two rounds (SNAPSHOT_UNPROVEN: the bench's server has no snapshot IDs).
+func abScan(ctx context.Context, st *localstack.Stack, want int) (abRun, error) {
+	t0 := time.Now()
+	out, err := st.MustCLI(ctx, "scan", "bench", "--wait", "--json")
+	if err != nil {
+		return abRun{}, err
+	}
+	took := time.Since(t0)
+	var res struct {
+		Result contract.DiscoveryScanResult
+		Rounds []abRound
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		return abRun{}, fmt.Errorf("scan output: %w", err)
+	}
+	if res.Result.Level != contract.ProofSnapshotUnproven || res.Result.Resources != want || len(res.Rounds) != 2 ||
+		res.Rounds[0].EndedAt == nil || res.Rounds[1].EndedAt == nil {
+		return abRun{}, fmt.Errorf("%s with %d resources in %d rounds, want SNAPSHOT_UNPROVEN with %d in 2 ended rounds", res.Result.Level, res.Result.Resources, len(res.Rounds), want)
+	}
+	c, err := st.Store.CatalogByID(ctx, res.Result.CatalogID)
+	if err != nil {
+		return abRun{}, err
+	}
+	return abRun{start: t0, took: took, a: res.Rounds[0], b: res.Rounds[1], published: c.PublishedAt}, nil
+}
+
+// String splits the scan's time: to round A, each round, between them, to the catalog and to
+// the CLI's exit.
+func (r abRun) String() string {
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("%s = %s to round A, A %s, %s between, B %s, %s to catalog, %s to CLI exit",
+		ms(r.took), ms(r.a.StartedAt.Sub(r.start)), ms(r.a.EndedAt.Sub(r.a.StartedAt)), ms(r.b.StartedAt.Sub(*r.a.EndedAt)),
+		ms(r.b.EndedAt.Sub(r.b.StartedAt)), ms(r.published.Sub(*r.b.EndedAt)), ms(r.start.Add(r.took).Sub(r.published)))
 }
 
 // rawListing lists every resource and template of the server once with a fresh go-sdk client
