@@ -24,9 +24,9 @@ const pageBacklog = 256
 // end sorts nothing; once one arrives out of order, the end sorts and digests them all, as
 // setDigest does. Both give the same digest for the same multiset.
 //
-// With a size hint (Options.EntriesHint) the entries are built in one slice of that capacity,
-// allocated by the sink's goroutine when the first page arrives, so the round's end hands that
-// slice over as it is; without one, each page's entries are a slice of their own and the end
+// With a size hint (Options.EntriesHint, with headroom: entriesCapacity) the entries are built
+// in one slice of that capacity, allocated by the sink's goroutine when the first page arrives,
+// so the round's end hands that slice over as it is; without one, each page's entries are a slice of their own and the end
 // joins them (for 100,000 entries the join took ≈ 23 ms, after the last response and before
 // the round could end).
 type sink struct {
