@@ -450,6 +450,10 @@ func TestListenDropReopens(t *testing.T) {
 			srv.set("demo://a", "v2")
 			r.nextUpdate(t, "demo://a")
 			if tc.deliversLC {
+				// The server counts a stream live when its request arrives, before it records
+				// the stream's filter; a list_changed sent in between reaches no one (and is the
+				// gap the control epoch's re-list covers). Its acknowledgement follows the filter.
+				awaitCond(t, "the re-opened control stream acknowledged", r.ls.ControlAcknowledged)
 				srv.set("demo://new", "v0")
 				recvListen(t, r.listChanged, "list_changed on the re-opened control stream")
 			}
