@@ -76,12 +76,28 @@ func notFoundErr(format string, args ...any) error {
 }
 
 // deniedErr gives an error that says the principal holds no standing grant (ledger.ErrNoGrant)
-// the ExitDenied code; any other error (nil included) is returned as it is.
-func deniedErr(err error) error {
-	if errors.Is(err, ledger.ErrNoGrant) {
-		return &exitError{ExitDenied, err}
+// on the source named source the ExitDenied code and the message grantErrNamed gives it; any
+// other error (nil included) is returned as it is.
+func deniedErr(err error, source string) error {
+	if !errors.Is(err, ledger.ErrNoGrant) {
+		return err
 	}
-	return err
+	return &exitError{ExitDenied, grantErrNamed(err, source)}
+}
+
+// grantErrNamed returns the *ledger.GrantError in err naming the source as the user gave it
+// (source; "" for a principal's grants on every source) instead of by its row ID, without the
+// ledger's prefixes; an err without one is returned as it is.
+func grantErrNamed(err error, source string) error {
+	var ge *ledger.GrantError
+	if !errors.As(err, &ge) {
+		return err
+	}
+	named := *ge
+	if named.SourceName == "" {
+		named.SourceName = source
+	}
+	return &named
 }
 
 // helpRequest is returned by parse for -h/--help: Run prints the command's usage and flags on

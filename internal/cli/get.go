@@ -82,7 +82,7 @@ func get(ctx context.Context, e *runEnv, args []string) error {
 	var refusal *ledger.GuardRefusal
 	switch {
 	case errors.Is(err, ledger.ErrNoGrant):
-		return deniedErr(err)
+		return deniedErr(err, src.Name)
 	case errors.Is(err, ledger.ErrNotPublished):
 		return &exitError{ExitDenied, fmt.Errorf("%s is not published under the current roll-out (shadow mode or outside the refresh percentage; see mcpsync rollout status)", norm)}
 	case errors.As(err, &refusal):

@@ -119,7 +119,7 @@ func revokeCmd(ctx context.Context, e *runEnv, args []string) error {
 			return lerr
 		}
 		if len(open) == 0 {
-			return notFoundErr("%v", err)
+			return notFoundErr("%v", grantErrNamed(err, src.Name))
 		}
 		tc, terr := e.temporal(ctx)
 		if terr != nil {

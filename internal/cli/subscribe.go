@@ -38,7 +38,7 @@ func subscribeOne(ctx context.Context, e *runEnv, t subTarget, principal *string
 		return removedErr(src)
 	}
 	if err := st.CheckGrant(ctx, *principal, src.ID); err != nil {
-		return deniedErr(err)
+		return deniedErr(err, src.Name)
 	}
 	tc, err := e.temporal(ctx)
 	if err != nil {

@@ -234,7 +234,7 @@ func subscribeMany(ctx context.Context, e *runEnv, r bulkRequest) error {
 		return removedErr(src)
 	}
 	if err := st.CheckGrant(ctx, r.principal, src.ID); err != nil {
-		return deniedErr(err)
+		return deniedErr(err, src.Name)
 	}
 	tc, err := e.temporal(ctx)
 	if err != nil {

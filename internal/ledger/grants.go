@@ -21,6 +21,9 @@ var ErrNoGrant = errors.New("ledger: no standing grant")
 type GrantError struct {
 	Principal string
 	SourceID  int64 // 0: any source
+	// SourceName, when a caller that knows the source sets it, is what Error names the source
+	// by instead of its row ID.
+	SourceName string
 	// RevocationID is the revocation that ended the grant, 0 when it was never granted (or
 	// when the error is about any source).
 	RevocationID int64
@@ -29,7 +32,10 @@ type GrantError struct {
 // Error says who lacks which grant.
 func (e *GrantError) Error() string {
 	what := fmt.Sprintf("principal %q holds no standing grant on source %d", e.Principal, e.SourceID)
-	if e.SourceID == 0 {
+	switch {
+	case e.SourceName != "":
+		what = fmt.Sprintf("principal %q holds no standing grant on source %q", e.Principal, e.SourceName)
+	case e.SourceID == 0:
 		what = fmt.Sprintf("principal %q holds no standing grant", e.Principal)
 	}
 	if e.RevocationID != 0 {

@@ -1,0 +1,59 @@
+package cli_test
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/mcpsync/mcpsync/internal/cli"
+	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
+	"github.com/mcpsync/mcpsync/internal/ledger"
+)
+
+// A principal without a standing grant is refused with exit 5 and one line that names the
+// source as the user typed it (never the ledger's row ID), and, once revoked, the revocation.
+func TestDeniedNamesTheSource(t *testing.T) {
+	ctx := t.Context()
+	st := ledger.New(pgtest.NewPool(t))
+	src, _, err := st.AddSource(ctx, ledger.SourceSpec{Name: "kb", Transport: ledger.TransportStdio, Command: []string{"demo-server"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.GrantAccess(ctx, "bob", src.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := st.Revoke(ctx, ledger.RevokeRequest{Principal: "bob", SourceID: src.ID, Reason: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"subscribe", "kb", "demo://kb/1", "--principal", "alice"},
+			`mcpsync subscribe: principal "alice" holds no standing grant on source "kb"`},
+		{[]string{"subscribe", "kb", "demo://kb/1", "demo://kb/2", "--principal", "alice"},
+			`mcpsync subscribe: principal "alice" holds no standing grant on source "kb"`},
+		{[]string{"get", "kb", "demo://kb/1", "--principal", "alice"},
+			`mcpsync get: principal "alice" holds no standing grant on source "kb"`},
+		{[]string{"subscribe", "kb", "demo://kb/1", "--principal", "bob"},
+			`mcpsync subscribe: principal "bob" holds no standing grant on source "kb" (revoked by revocation ` + strconv.FormatInt(rev.ID, 10) + `)`},
+	} {
+		_, errOut, code := runStore(t, st, tt.args...)
+		if code != cli.ExitDenied || errOut != tt.want+"\n" {
+			t.Errorf("mcpsync %q: exit %d, stderr %q; want exit %d and %q", tt.args, code, errOut, cli.ExitDenied, tt.want)
+		}
+	}
+	// Revoking what does not stand finds nothing to revoke (exit 3), in the same words.
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"revoke", "alice", "kb"}, `mcpsync revoke: principal "alice" holds no standing grant on source "kb"`},
+		{[]string{"revoke", "alice"}, `mcpsync revoke: principal "alice" holds no standing grant`},
+	} {
+		_, errOut, code := runStore(t, st, tt.args...)
+		if code != cli.ExitNotFound || errOut != tt.want+"\n" {
+			t.Errorf("mcpsync %q: exit %d, stderr %q; want exit %d and %q", tt.args, code, errOut, cli.ExitNotFound, tt.want)
+		}
+	}
+}
