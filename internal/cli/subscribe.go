@@ -111,8 +111,19 @@ func subscribeOne(ctx context.Context, e *runEnv, t subTarget, principal *string
 	case *wait == 0:
 		return nil
 	default:
-		return fmt.Errorf("not ACTIVE after %s: %s %s", *wait, sub.State, orDash(sub.StateReason))
+		return fmt.Errorf("not ACTIVE after %s: %s %s%s", *wait, sub.State, orDash(sub.StateReason), sourceNotLive(ctx, st, src))
 	}
+}
+
+// sourceNotLive is what keeps subscriptions of src from becoming ACTIVE when its session is
+// not live — "; source NAME: " and the health line status prints (its state, reconnects, next
+// attempt, last error) — or "" when a host holds it LIVE (or the ledger did not answer).
+func sourceNotLive(ctx context.Context, st *ledger.Store, src ledger.Source) string {
+	h, err := st.SourceHealth(ctx, src.ID)
+	if err != nil || (h.Reported && h.Held && h.State == ledger.HealthLive) {
+		return ""
+	}
+	return "; source " + visible(src.Name) + ": " + toHealthJSON(h).line(time.Now())
 }
 
 // awaitEndedRun waits up to timeout for a running run of workflow wfID to end, so that a new

@@ -290,7 +290,10 @@ feed:
 			return err
 		}
 	}
-	return reportBulk(e, r, results, time.Since(began))
+	if err := reportBulk(e, r, results, time.Since(began)); err != nil {
+		return fmt.Errorf("%w%s", err, sourceNotLive(ctx, st, src))
+	}
+	return nil
 }
 
 // subscriptionsByURI returns principal's subscriptions on source keyed by normalized URI; with

@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +137,49 @@ func TestNoWorkerPolling(t *testing.T) {
 	if took := time.Since(start); code != cli.ExitFailure || errOut != wantLine || took >= time.Minute {
 		t.Errorf("source remove: exit %d after %s, stderr %q; want exit 1 before its wait ran out, with %q", code, took, errOut, wantLine)
 	}
+}
+
+// A subscribe that waits on a source whose server does not answer says, on its one line, why
+// nothing became ACTIVE: the source's health as status shows it (its state and last error),
+// in the one-URI and the bulk form alike; exit 1.
+func TestSubscribeWaitNamesADeadSource(t *testing.T) {
+	s := newStack(t)
+	s.mustCLI("source", "add", "dead", "--url", "http://"+closedPort(t)+"/mcp")
+	// The worker has tried to connect (and failed) before the subscribes wait on it.
+	eventually(t, 30*time.Second, "a failed connect reported", func() (bool, string) {
+		h, err := s.st.SourceHealth(s.ctx, s.source("dead").ID)
+		return err == nil && h.LastError != "", fmt.Sprintf("health %+v, %v", h, err)
+	})
+	for _, tt := range []struct {
+		args []string
+		want string // the line's start; the health line follows
+	}{
+		{[]string{"subscribe", "dead", "demo://x", "--wait", "2s"},
+			"mcpsync subscribe: not ACTIVE after 2s: DISCOVERED -; source dead: "},
+		{[]string{"subscribe", "dead", "demo://y", "demo://z", "--wait", "2s"},
+			"mcpsync subscribe: 2 of 2 URIs failed (listed above); source dead: "},
+	} {
+		_, errOut, code := s.cli(tt.args...)
+		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+		last := lines[len(lines)-1]
+		if code != cli.ExitFailure || !strings.HasPrefix(last, tt.want) || !strings.Contains(last, "last error") ||
+			!strings.Contains(last, "connection refused") {
+			t.Errorf("mcpsync %s: exit %d, stderr %q; want exit 1 and a last line starting %q with the source's last error",
+				strings.Join(tt.args, " "), code, errOut, tt.want)
+		}
+	}
+}
+
+// closedPort is a loopback host:port nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
 
 // Issue 14 item 7: the CLI's URI limit is Temporal's own, to the byte. A search attribute
