@@ -132,7 +132,7 @@ func revokeCmd(ctx context.Context, e *runEnv, args []string) error {
 				failed++
 			}
 		}
-		return notFoundErr("%v; %d open subscription(s) told to close, %d failed", err, len(open), failed)
+		return notFoundErr("%v; %d open subscription(s) told to close, %d failed", grantErrNamed(err, src.Name), len(open), failed)
 	}
 	if err != nil {
 		return err
@@ -262,6 +262,9 @@ func revocationCmd(ctx context.Context, e *runEnv, args []string) error {
 		return err
 	}
 	rv, err := st.RevocationByID(ctx, id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return notFoundErr("no revocation %d", id)
+	}
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -60,6 +61,10 @@ func sourceAdd(ctx context.Context, e *runEnv, args []string) error {
 		return err
 	}
 	src, created, err := addSource(ctx, st, spec) // a removed source's name brings it back (source_lifecycle.go)
+	if errors.Is(err, ledger.ErrSourceExists) {
+		name := visible(spec.Name)
+		return usageErr("source %s already exists with a different definition (mcpsync source show %s shows it; mcpsync source update %s changes it)", name, name, name)
+	}
 	if err != nil {
 		return err
 	}

@@ -57,3 +57,27 @@ func TestDeniedNamesTheSource(t *testing.T) {
 		}
 	}
 }
+
+// What the ledger refuses or does not find is said in the user's words, on one line, without
+// the ledger's prefixes: a second `source add` of a name with another definition (exit 2) and
+// an unknown revocation (exit 3).
+func TestLedgerRefusalsSayWhat(t *testing.T) {
+	st := ledger.New(pgtest.NewPool(t))
+	if _, _, err := st.AddSource(t.Context(), ledger.SourceSpec{Name: "kb", Transport: ledger.TransportStdio, Command: []string{"demo-server"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		code cli.ExitCode
+		want string
+	}{
+		{[]string{"source", "add", "kb", "--stdio", "other-server"}, cli.ExitUsage,
+			`mcpsync source add: source kb already exists with a different definition (mcpsync source show kb shows it; mcpsync source update kb changes it)`},
+		{[]string{"revocation", "999999"}, cli.ExitNotFound, `mcpsync revocation: no revocation 999999`},
+	} {
+		_, errOut, code := runStore(t, st, tt.args...)
+		if code != tt.code || errOut != tt.want+"\n" {
+			t.Errorf("mcpsync %q: exit %d, stderr %q; want exit %d and %q", tt.args, code, errOut, tt.code, tt.want)
+		}
+	}
+}
