@@ -73,16 +73,23 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	// --timeout ran out (not an interrupt): the scan was requested and goes on without us.
+	timedOut := func(err error) error {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return fmt.Errorf("%w; not done within --timeout %s: the scan goes on, mcpsync catalog %s shows its result", err, *timeout, visible(src.Name))
+		}
+		return err
+	}
 	scanID, err := assignedScan(wctx, tc, wfID, reqID)
 	if err != nil {
-		return err
+		return timedOut(err)
 	}
 	if !*asJSON {
 		fmt.Fprintf(e.Stdout, "scan %s of %s started\n", scanID, src.Name)
 	}
 	res, err := followScan(wctx, tc, st, scanID, e.Stdout, !*asJSON)
 	if err != nil {
-		return err
+		return timedOut(err)
 	}
 	rounds, err := st.ScansOfWorkflow(ctx, scanID)
 	if err != nil {
@@ -125,7 +132,10 @@ func assignedScan(ctx context.Context, tc client.Client, wfID, reqID string) (st
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("no scan started for request %s on %s: %w (last query error: %v)", reqID, wfID, ctx.Err(), err)
+			if err != nil && !errors.Is(err, ctx.Err()) {
+				return "", fmt.Errorf("no scan started for request %s on %s: %w (last query error: %v)", reqID, wfID, ctx.Err(), err)
+			}
+			return "", fmt.Errorf("no scan started for request %s on %s: %w", reqID, wfID, ctx.Err())
 		case <-time.After(25 * time.Millisecond):
 		}
 	}

@@ -423,3 +423,24 @@ func TestDiscoveryListChangedRescans(t *testing.T) {
 		t.Errorf("new catalog (-server +catalog):\n%s", diff)
 	}
 }
+
+// `scan --wait` whose --timeout runs out while the scan pages says so on one line (exit 1):
+// the scan was requested and goes on, and where its result will be; no context error alone.
+func TestScanWaitTimeoutSaysTheScanGoesOn(t *testing.T) {
+	s := newStack(t)
+	srv := chaosServer(t, 2, 6, chaosmcp.Capabilities{ListChanged: true})
+	src := s.addChaos("slow", srv)
+	// Registered after the server's cleanups, so it runs before them: closing the HTTP
+	// server waits for the held pages.
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	s.waitCatalog(src, "the first scan's catalog", anyCatalog)
+	// From now on every page after the first waits until the test ends.
+	srv.OnBetweenPages(func(chaosmcp.ListKind, int) { <-release })
+	_, errOut, code := s.cli("scan", "slow", "--wait", "--timeout", "3s")
+	const want = "; not done within --timeout 3s: the scan goes on, mcpsync catalog slow shows its result\n"
+	if code != cli.ExitFailure || !strings.HasPrefix(errOut, "mcpsync scan: scan ") || !strings.HasSuffix(errOut, want) ||
+		strings.Count(errOut, "\n") != 1 {
+		t.Errorf("scan --wait --timeout 3s on a stalled scan: exit %d, stderr %q; want exit 1 and one line ending %q", code, errOut, want)
+	}
+}
