@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -144,7 +143,7 @@ func TestNoWorkerPolling(t *testing.T) {
 // in the one-URI and the bulk form alike; exit 1.
 func TestSubscribeWaitNamesADeadSource(t *testing.T) {
 	s := newStack(t)
-	s.mustCLI("source", "add", "dead", "--url", "http://"+closedPort(t)+"/mcp")
+	s.mustCLI("source", "add", "dead", "--url", "http://127.0.0.1:9/mcp") // nothing listens (as in TestNoWorkerPolling)
 	// The worker has tried to connect (and failed) before the subscribes wait on it.
 	eventually(t, 30*time.Second, "a failed connect reported", func() (bool, string) {
 		h, err := s.st.SourceHealth(s.ctx, s.source("dead").ID)
@@ -168,18 +167,6 @@ func TestSubscribeWaitNamesADeadSource(t *testing.T) {
 				strings.Join(tt.args, " "), code, errOut, tt.want)
 		}
 	}
-}
-
-// closedPort is a loopback host:port nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // Issue 14 item 7: the CLI's URI limit is Temporal's own, to the byte. A search attribute
