@@ -73,9 +73,10 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	// --timeout ran out (not an interrupt): the scan was requested and goes on without us.
+	// --timeout ran out (not an interrupt): the scan was requested and goes on without us. The
+	// error may be the context's or the server's deadline status: wctx says which happened.
 	timedOut := func(err error) error {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		if errors.Is(wctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 			return fmt.Errorf("%w; not done within --timeout %s: the scan goes on, mcpsync catalog %s shows its result", err, *timeout, visible(src.Name))
 		}
 		return err
@@ -149,17 +150,22 @@ func followScan(ctx context.Context, tc client.Client, st *ledger.Store, scanID 
 		err error
 	}
 	ch := make(chan done, 1)
+	// The wait for the result carries no deadline of its own (the server would end a long poll
+	// carrying ctx's deadline a little before it, with an error of its own): ctx's end is seen
+	// below, and ends the wait when followScan returns.
+	gctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
 	go func() {
 		var d done
 		for {
-			d.err = tc.GetWorkflow(ctx, scanID, "").Get(ctx, &d.res)
+			d.err = tc.GetWorkflow(gctx, scanID, "").Get(gctx, &d.res)
 			// The source workflow names the scan before the scan's workflow has started.
 			var nf *serviceerror.NotFound
-			if !errors.As(d.err, &nf) || ctx.Err() != nil {
+			if !errors.As(d.err, &nf) || gctx.Err() != nil {
 				break
 			}
 			select {
-			case <-ctx.Done():
+			case <-gctx.Done():
 			case <-time.After(25 * time.Millisecond):
 			}
 		}
