@@ -144,13 +144,31 @@ func awaitEndedRun(ctx context.Context, tc client.Client, wfID string, timeout t
 	if timeout > 0 {
 		wctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		// Its outcome belongs to the closed generation; only its end matters here.
-		_ = tc.GetWorkflow(wctx, wfID, info.GetExecution().GetRunId()).Get(wctx, nil)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if wctx.Err() == nil {
-			return nil
+		runID := info.GetExecution().GetRunId()
+		for {
+			// Its outcome belongs to the closed generation; only its end matters here. The wait
+			// also returns when the server ends its long poll (near the deadline, under load)
+			// with an error of its own, so the run's status decides.
+			_ = tc.GetWorkflow(wctx, wfID, runID).Get(wctx, nil)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			desc, err := tc.DescribeWorkflowExecution(ctx, wfID, runID)
+			switch {
+			case errors.As(err, &nf):
+				return nil
+			case err != nil:
+				return fmt.Errorf("describing workflow %s: %w", wfID, err)
+			case desc.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING:
+				return nil
+			}
+			if wctx.Err() != nil {
+				break
+			}
+			select {
+			case <-wctx.Done():
+			case <-time.After(25 * time.Millisecond):
+			}
 		}
 	}
 	return fmt.Errorf("the run of %s that closed the subscription is still finishing after %s; subscribe again once it has ended", wfID, timeout)
