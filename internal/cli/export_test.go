@@ -34,6 +34,3 @@ func SetWatchPoll(d time.Duration) (restore func()) {
 	watchPoll = d
 	return func() { watchPoll = old }
 }
-
-// AwaitEndedRun is subscribe's wait for the run that closed a subscription to end.
-var AwaitEndedRun = awaitEndedRun

@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
@@ -129,49 +128,11 @@ func sourceNotLive(ctx context.Context, st *ledger.Store, src ledger.Source) str
 // awaitEndedRun waits up to timeout for a running run of workflow wfID to end, so that a new
 // run can be started in its place; without a running run it returns at once.
 func awaitEndedRun(ctx context.Context, tc client.Client, wfID string, timeout time.Duration) error {
-	desc, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return nil
+	err := launch.AwaitEndedRun(ctx, tc, wfID, timeout)
+	if errors.Is(err, launch.ErrStillRunning) {
+		return fmt.Errorf("the run of %s that closed the subscription is still finishing after %s; subscribe again once it has ended", wfID, timeout)
 	}
-	if err != nil {
-		return fmt.Errorf("describing workflow %s: %w", wfID, err)
-	}
-	info := desc.GetWorkflowExecutionInfo()
-	if info.GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return nil
-	}
-	if timeout > 0 {
-		wctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		runID := info.GetExecution().GetRunId()
-		for {
-			// Its outcome belongs to the closed generation; only its end matters here. The wait
-			// also returns when the server ends its long poll (near the deadline, under load)
-			// with an error of its own, so the run's status decides.
-			_ = tc.GetWorkflow(wctx, wfID, runID).Get(wctx, nil)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			desc, err := tc.DescribeWorkflowExecution(ctx, wfID, runID)
-			switch {
-			case errors.As(err, &nf):
-				return nil
-			case err != nil:
-				return fmt.Errorf("describing workflow %s: %w", wfID, err)
-			case desc.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING:
-				return nil
-			}
-			if wctx.Err() != nil {
-				break
-			}
-			select {
-			case <-wctx.Done():
-			case <-time.After(25 * time.Millisecond):
-			}
-		}
-	}
-	return fmt.Errorf("the run of %s that closed the subscription is still finishing after %s; subscribe again once it has ended", wfID, timeout)
+	return err
 }
 
 // waitFor polls the ledger until done(subscription) or the timeout; it returns the last view.

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/mcpsync/mcpsync"
@@ -158,28 +156,14 @@ func normalizeUpstream(raw string) (string, error) {
 // awaitEndedRun waits up to subscribeEndedRunWait for a running run of wfID (the one that
 // closed the previous generation) to end.
 func (g *Gateway) awaitEndedRun(ctx context.Context, wfID string) error {
-	desc, err := g.opts.Temporal.DescribeWorkflowExecution(ctx, wfID, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return nil
+	err := launch.AwaitEndedRun(ctx, g.opts.Temporal, wfID, subscribeEndedRunWait)
+	if errors.Is(err, launch.ErrStillRunning) {
+		return fmt.Errorf("the subscription's previous generation is still closing (workflow %s); subscribe again in a few seconds", wfID)
 	}
-	if err != nil {
-		return fmt.Errorf("gateway: describing workflow %s: %w", wfID, err)
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
-	info := desc.GetWorkflowExecutionInfo()
-	if info.GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, subscribeEndedRunWait)
-	defer cancel()
-	_ = g.opts.Temporal.GetWorkflow(wctx, wfID, info.GetExecution().GetRunId()).Get(wctx, nil)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if wctx.Err() == nil {
-		return nil
-	}
-	return fmt.Errorf("the subscription's previous generation is still closing (workflow %s); subscribe again in a few seconds", wfID)
+	return err
 }
 
 // awaitRow waits up to subscribeSettle for the subscription's ledger row of a generation
