@@ -128,8 +128,12 @@ func sourceList(ctx context.Context, e *runEnv, args []string) error {
 			host = s.HostQueue
 		}
 		h := out[i].Health
+		state := h.stateText()
+		if s.RemovedAt != nil {
+			state = "REMOVED" // what its last host saw is history
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", visible(s.Name), s.Transport, visible(target(s)),
-			visible(s.Subject), h.stateText(), h.Generation, visible(orDash(h.Era)), h.Reconnects, visible(host),
+			visible(s.Subject), state, h.Generation, visible(orDash(h.Era)), h.Reconnects, visible(host),
 			h.errorText(now, listErrorWidth))
 	}
 	return tw.Flush()

@@ -149,6 +149,15 @@ func TestSourceListShowsHealth(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^locked\s.*\sAUTH_FAILED \(stale\)\s+0\s+-\s+0\s+-\s+\d+s ago: authentication`).MatchString(out) {
 		t.Errorf("source list after host-a's lease expired: want AUTH_FAILED (stale) and no host:\n%s", out)
 	}
+
+	// A removed source is listed as REMOVED, not as what its last host saw before.
+	if _, _, err := st.RemoveSource(t.Context(), "locked"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = runStore(t, st, "source", "list")
+	if !regexp.MustCompile(`(?m)^locked\s.*\sREMOVED\s+0\s+-\s+0\s+-\s+\d+s ago: authentication`).MatchString(out) {
+		t.Errorf("source list after locked was removed: want REMOVED:\n%s", out)
+	}
 }
 
 // `source show` prints a source's definition with its secrets as references only (variable
@@ -247,6 +256,17 @@ func TestStatusShowsSourceHealth(t *testing.T) {
 	re := `(?m)^source locked: AUTH_FAILED for \d+s on host-a, generation 0, era -, 0 reconnects, next attempt in \d+s, last error \d+s ago: authentication failed: HTTP 401: .*\\x1b\[31m"$`
 	if !regexp.MustCompile(re).MatchString(out) {
 		t.Errorf("status locked: no line matching %s:\n%s", re, out)
+	}
+
+	// A removed source's line says so, with how to bring it back, instead of its last health.
+	src, _, err := st.RemoveSource(t.Context(), "locked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = runStore(t, st, "status", "locked")
+	want := "source locked: REMOVED at " + src.RemovedAt.UTC().Format(time.RFC3339) + " (mcpsync source add locked ... adds it again)\n"
+	if !strings.HasPrefix(out, want) {
+		t.Errorf("status of a removed source:\n%s\nwant it to start %q", out, want)
 	}
 }
 

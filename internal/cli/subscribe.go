@@ -345,6 +345,17 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	var sources map[int64]ledger.Source
+	if len(pos) == 0 {
+		list, err := st.ListSources(ctx)
+		if err != nil {
+			return err
+		}
+		sources = make(map[int64]ledger.Source, len(list))
+		for _, src := range list {
+			sources[src.ID] = src
+		}
+	}
 	out := make([]statusJSON, 0, len(subs))
 	for _, s := range subs {
 		j := statusOf(ctx, st, s)
@@ -353,7 +364,11 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 		}
 		// ListSubscriptions orders by source name: each source once.
 		if len(pos) == 0 && (len(shown) == 0 || shown[len(shown)-1].ID != s.SourceID) {
-			shown = append(shown, ledger.Source{ID: s.SourceID, SourceSpec: ledger.SourceSpec{Name: s.SourceName}})
+			src, ok := sources[s.SourceID]
+			if !ok { // added after the list
+				src = ledger.Source{ID: s.SourceID, SourceSpec: ledger.SourceSpec{Name: s.SourceName}}
+			}
+			shown = append(shown, src)
 		}
 		out = append(out, j)
 	}
@@ -362,7 +377,11 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	}
 	now := time.Now()
 	for _, src := range shown {
-		if h, ok := health[src.ID]; ok {
+		switch h, ok := health[src.ID]; {
+		case src.RemovedAt != nil: // its last health is history
+			fmt.Fprintf(e.Stdout, "source %s: REMOVED at %s (mcpsync source add %s ... adds it again)\n",
+				visible(src.Name), src.RemovedAt.UTC().Format(time.RFC3339), visible(src.Name))
+		case ok:
 			fmt.Fprintf(e.Stdout, "source %s: %s\n", visible(src.Name), toHealthJSON(h).line(now))
 		}
 	}
