@@ -105,8 +105,12 @@ func (c *Conn) deliver(ctx context.Context, norm string, t ledger.NotificationTa
 		// The delivery may outlive the routing call that started it; it keeps its trace.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), updateDeadline)
 		defer cancel()
+		defer context.AfterFunc(c.host.graceOver, cancel)() // a stopping host waits only so long
 		byUpdate, err := DeliverNotification(dctx, up, c.host.opts.Signaler, t.WorkflowID, u)
 		switch {
+		case err != nil && c.host.graceOver.Err() != nil:
+			c.forgetSignalled(norm, t, u.ReceivedAt)
+			log.Info("notification delivery abandoned: the host is stopping (the next session re-reads)", zap.String("workflow", t.WorkflowID))
 		case err != nil:
 			c.forgetSignalled(norm, t, u.ReceivedAt)
 			log.Warn("delivering a notification to its subscription failed", zap.String("workflow", t.WorkflowID), zap.Error(err))

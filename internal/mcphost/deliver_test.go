@@ -256,3 +256,31 @@ func TestUpdatesInFlightBounded(t *testing.T) {
 		t.Errorf("at most %d updates in flight, want 2", up.maxIn)
 	}
 }
+
+// A stopping host does not wait for a notification update that nothing accepts (the worker
+// of its process stopped first) up to the update's one-minute deadline: after
+// ShutdownDeliveryGrace it abandons it, and Run returns.
+func TestStoppingHostAbandonsUnacceptedUpdates(t *testing.T) {
+	f := newFixture(t)
+	const u = "demo://notes/unaccepted"
+	up := newUpdater(nil)
+	up.release = make(chan struct{}) // never released: the update is never accepted
+	s := f.subscribeWith(u, mcphost.Options{}, up)
+	s.srv.Set(u, "1", "text/plain")
+	waitFor(t, 10*time.Second, "the update in flight", func() (bool, string) {
+		up.mu.Lock()
+		defer up.mu.Unlock()
+		return up.inFlight == 1, fmt.Sprintf("%d in flight", up.inFlight)
+	})
+	stopped := make(chan struct{})
+	go func() { s.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(mcphost.ShutdownDeliveryGrace + 20*time.Second):
+		t.Fatalf("the host still stopping %s after its grace: it waits for the update's deadline", mcphost.ShutdownDeliveryGrace+20*time.Second)
+	}
+	target := ledger.NotificationTarget{SubscriptionID: s.sub.ID, Generation: s.sub.Generation, WorkflowID: s.sub.WorkflowID}
+	if s.c.SignalPending(u, target) {
+		t.Error("the abandoned update is still noted as pending")
+	}
+}

@@ -103,7 +103,17 @@ type Host struct {
 	stopped   bool
 	// changed is closed and replaced whenever a session opens or ends, for waiters.
 	changed chan struct{}
+	// graceOver ends ShutdownDeliveryGrace after Run began to stop: the notification updates
+	// still in flight then are abandoned (endGrace), not waited for up to their deadline.
+	graceOver context.Context
+	endGrace  context.CancelFunc
 }
+
+// ShutdownDeliveryGrace bounds how long a stopping host waits for the notification updates
+// in flight: the worker of this process may have stopped already, so nothing accepts them
+// here. One abandoned loses nothing: its notification is in the ledger, and the next session
+// generation re-reads every subscription (R12).
+const ShutdownDeliveryGrace = 5 * time.Second
 
 // New returns a Host; call Run to start it.
 func New(opts Options) *Host {
@@ -134,10 +144,12 @@ func New(opts Options) *Host {
 	if opts.Transport == nil {
 		opts.Transport = DefaultTransport
 	}
-	return &Host{
+	h := &Host{
 		opts: opts, log: opts.Logger.Named("mcphost"),
 		conns: map[int64]*Conn{}, running: map[int64]*runner{}, changed: make(chan struct{}),
 	}
+	h.graceOver, h.endGrace = context.WithCancel(context.Background())
+	return h
 }
 
 // Queue returns the host's task queue.
@@ -157,6 +169,9 @@ func (h *Host) Run(ctx context.Context) error {
 		h.claim(ctx)
 		select {
 		case <-ctx.Done():
+			grace := time.AfterFunc(ShutdownDeliveryGrace, h.endGrace)
+			defer grace.Stop()
+			defer h.endGrace()
 			h.mu.Lock()
 			h.stopped = true
 			if h.watchdog != nil {
