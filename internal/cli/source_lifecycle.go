@@ -236,8 +236,12 @@ func otherTransport(t string) string {
 
 // removedErr says that src was removed (exit 3: nothing may be started on it).
 func removedErr(src ledger.Source) error {
-	return notFoundErr("source %s was removed at %s (mcpsync source add %s ... adds it again)",
-		visible(src.Name), src.RemovedAt.UTC().Format(time.RFC3339), visible(src.Name))
+	return notFoundErr("source %s was removed %s", visible(src.Name), removedWhen(src))
+}
+
+// removedWhen is when the removed source src was removed and how to bring it back.
+func removedWhen(src ledger.Source) string {
+	return fmt.Sprintf("at %s (mcpsync source add %s ... adds it again)", src.RemovedAt.UTC().Format(time.RFC3339), visible(src.Name))
 }
 
 // addSource is `source add`'s ledger call: a new source, or, for the name of a removed

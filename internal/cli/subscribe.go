@@ -379,8 +379,7 @@ func status(ctx context.Context, e *runEnv, args []string) error {
 	for _, src := range shown {
 		switch h, ok := health[src.ID]; {
 		case src.RemovedAt != nil: // its last health is history
-			fmt.Fprintf(e.Stdout, "source %s: REMOVED at %s (mcpsync source add %s ... adds it again)\n",
-				visible(src.Name), src.RemovedAt.UTC().Format(time.RFC3339), visible(src.Name))
+			fmt.Fprintf(e.Stdout, "source %s: REMOVED %s\n", visible(src.Name), removedWhen(src))
 		case ok:
 			fmt.Fprintf(e.Stdout, "source %s: %s\n", visible(src.Name), toHealthJSON(h).line(now))
 		}
