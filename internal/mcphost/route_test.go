@@ -47,7 +47,13 @@ func TestBatchRoutedAsOneByOne(t *testing.T) {
 		return q == len(batch) && d == 0, fmt.Sprintf("queued %d, overflow %d", q, d)
 	})
 	close(sig.release)
-	// A sentinel behind the batch: once it is audited, the batch has been routed.
+	// A sentinel behind the batch, sent once the router has taken the batch off the queue (so
+	// that it is not routed in the batch, where its lane could finish before the others): once
+	// it is audited, the batch has been routed.
+	waitFor(t, 20*time.Second, "the batch taken off the queue", func() (bool, string) {
+		q, d := c.QueueState()
+		return q == 0 && d == 0, fmt.Sprintf("queued %d, overflow %d", q, d)
+	})
 	send("demo://batch/sentinel")
 	waitFor(t, 20*time.Second, "the sentinel audited", func() (bool, string) {
 		all := f.audits(src.ID)
