@@ -52,6 +52,11 @@ func grantCmd(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if src.RemovedAt != nil {
+		// Like subscribe and scan: a removed source serves nothing to grant. Its standing
+		// grants stay and count again when it is added back.
+		return removedErr(src)
+	}
 	g, created, err := st.GrantAccess(ctx, pos[0], src.ID, "mcpsync grant")
 	if err != nil {
 		return err

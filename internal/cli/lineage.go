@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -55,6 +56,13 @@ func lineageCmd(ctx context.Context, e *runEnv, args []string) error {
 	st, err := e.store(ctx)
 	if err != nil {
 		return err
+	}
+	if *revocation != 0 {
+		if _, err := st.RevocationByID(ctx, *revocation); errors.Is(err, ledger.ErrNotFound) {
+			return notFoundErr("no revocation %d", *revocation)
+		} else if err != nil {
+			return err
+		}
 	}
 	entries, err := st.Lineage(ctx, ledger.LineageFilter{Index: *index, Principal: *principal, RevocationID: *revocation, LiveOnly: *live})
 	if err != nil {

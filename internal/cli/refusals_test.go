@@ -3,6 +3,7 @@ package cli_test
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/mcpsync/mcpsync/internal/cli"
 	"github.com/mcpsync/mcpsync/internal/harness/pgtest"
@@ -59,11 +60,19 @@ func TestDeniedNamesTheSource(t *testing.T) {
 }
 
 // What the ledger refuses or does not find is said in the user's words, on one line, without
-// the ledger's prefixes: a second `source add` of a name with another definition (exit 2) and
-// an unknown revocation (exit 3).
+// the ledger's prefixes: a grant on a removed source (exit 3, when it was removed and how to
+// add it back), a second `source add` of a name with another definition (exit 2) and an
+// unknown revocation, asked for itself or as lineage's filter (exit 3).
 func TestLedgerRefusalsSayWhat(t *testing.T) {
 	st := ledger.New(pgtest.NewPool(t))
 	if _, _, err := st.AddSource(t.Context(), ledger.SourceSpec{Name: "kb", Transport: ledger.TransportStdio, Command: []string{"demo-server"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.AddSource(t.Context(), ledger.SourceSpec{Name: "gone", Transport: ledger.TransportStdio, Command: []string{"demo-server"}}); err != nil {
+		t.Fatal(err)
+	}
+	gone, _, err := st.RemoveSource(t.Context(), "gone")
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -71,6 +80,9 @@ func TestLedgerRefusalsSayWhat(t *testing.T) {
 		code cli.ExitCode
 		want string
 	}{
+		{[]string{"grant", "alice", "gone"}, cli.ExitNotFound,
+			`mcpsync grant: source gone was removed at ` + gone.RemovedAt.UTC().Format(time.RFC3339) + ` (mcpsync source add gone ... adds it again)`},
+		{[]string{"lineage", "--revocation", "999999"}, cli.ExitNotFound, `mcpsync lineage: no revocation 999999`},
 		{[]string{"source", "add", "kb", "--stdio", "other-server"}, cli.ExitUsage,
 			`mcpsync source add: source kb already exists with a different definition (mcpsync source show kb shows it; mcpsync source update kb changes it)`},
 		{[]string{"revocation", "999999"}, cli.ExitNotFound, `mcpsync revocation: no revocation 999999`},
