@@ -67,6 +67,9 @@ func sourceLogin(ctx context.Context, e *runEnv, args []string) error {
 		if err != nil {
 			return err
 		}
+		if s.RemovedAt != nil {
+			return removedErr(s)
+		}
 		if err := loginable(s.SourceSpec); err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -141,8 +142,10 @@ func TestSourceLogin(t *testing.T) {
 }
 
 // Bad input to `source login` (exit 2, one line; the dispatcher's rows are in TestBadInput),
-// an unknown source (exit 3) and a source without the authorization-code flow (exit 2).
+// an unknown source and a removed one (exit 3) and a source without the authorization-code
+// flow (exit 2).
 func TestSourceLoginBadInput(t *testing.T) {
+	removedAt := regexp.MustCompile(`at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ `)
 	usage := "(usage: mcpsync source login NAME [--timeout 5m] | mcpsync source login --url URL --oauth authorization_code --oauth-token-file PATH [connection flags] [--timeout 5m])"
 	for _, tc := range []struct {
 		args []string
@@ -184,15 +187,26 @@ func TestSourceLoginBadInput(t *testing.T) {
 	if errOut, code := loginRun(t, dbURL, &browser{}, "source", "add", "plain", "--url", "http://127.0.0.1:9/mcp"); code != cli.ExitOK {
 		t.Fatalf("source add: exit %d: %s", code, errOut)
 	}
+	if errOut, code := loginRun(t, dbURL, &browser{}, "source", "add", "gone", "--url", "http://127.0.0.1:9/mcp",
+		"--oauth", "authorization_code", "--oauth-token-file", filepath.Join(t.TempDir(), "tokens.json")); code != cli.ExitOK {
+		t.Fatalf("source add: exit %d: %s", code, errOut)
+	}
+	if errOut, code := loginRun(t, dbURL, &browser{}, "source", "remove", "gone", "--wait", "0s"); code != cli.ExitOK {
+		t.Fatalf("source remove: exit %d: %s", code, errOut)
+	}
 	for _, tc := range []struct {
 		name string
 		code cli.ExitCode
 		want string
 	}{
 		{"nosuch", cli.ExitNotFound, `mcpsync source login: unknown source "nosuch" (see mcpsync source list)`},
+		{"gone", cli.ExitNotFound, "mcpsync source login: source gone was removed at TIME (mcpsync source add gone ... adds it again)"},
 		{"plain", cli.ExitUsage, "mcpsync source login: source plain does not use --oauth authorization_code: there is nothing to log in to"},
 	} {
 		errOut, code := loginRun(t, dbURL, &browser{}, "source", "login", tc.name)
+		if tc.name == "gone" { // the line names when it was removed
+			errOut = removedAt.ReplaceAllString(errOut, "at TIME ")
+		}
 		if code != tc.code || errOut != tc.want+"\n" {
 			t.Errorf("source login %s: exit %d, stderr %q; want exit %d, %q", tc.name, code, errOut, tc.code, tc.want)
 		}
