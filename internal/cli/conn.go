@@ -120,6 +120,17 @@ func (e *runEnv) storeSource(ctx context.Context, name string) (*ledger.Store, l
 	return st, src, err
 }
 
+// storeLiveSource is storeSource for the commands that act on a source's live state
+// (subscribe, scan, source update, source login, grant): a removed source is refused with
+// removedErr (exit 3, when it was removed and how to add it back).
+func (e *runEnv) storeLiveSource(ctx context.Context, name string) (*ledger.Store, ledger.Source, error) {
+	st, src, err := e.storeSource(ctx, name)
+	if err == nil && src.RemovedAt != nil {
+		err = removedErr(src)
+	}
+	return st, src, err
+}
+
 // sourceNamed returns the source called name, or a not-found error (exit 3) that says how to
 // list the sources.
 func sourceNamed(ctx context.Context, st *ledger.Store, name string) (ledger.Source, error) {

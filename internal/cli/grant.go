@@ -44,18 +44,11 @@ func grantCmd(ctx context.Context, e *runEnv, args []string) error {
 	if err := notEmpty("PRINCIPAL", pos[0]); err != nil {
 		return err
 	}
-	st, err := e.store(ctx)
+	// A removed source serves nothing to grant; its standing grants count again once it is
+	// added back.
+	st, src, err := e.storeLiveSource(ctx, pos[1])
 	if err != nil {
 		return err
-	}
-	src, err := sourceNamed(ctx, st, pos[1])
-	if err != nil {
-		return err
-	}
-	if src.RemovedAt != nil {
-		// Like subscribe and scan: a removed source serves nothing to grant. Its standing
-		// grants stay and count again when it is added back.
-		return removedErr(src)
 	}
 	g, created, err := st.GrantAccess(ctx, pos[0], src.ID, "mcpsync grant")
 	if err != nil {

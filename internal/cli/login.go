@@ -63,12 +63,9 @@ func sourceLogin(ctx context.Context, e *runEnv, args []string) error {
 		}
 		src = ledger.Source{SourceSpec: spec}
 	default:
-		_, s, err := e.storeSource(ctx, pos[0])
+		_, s, err := e.storeLiveSource(ctx, pos[0])
 		if err != nil {
 			return err
-		}
-		if s.RemovedAt != nil {
-			return removedErr(s)
 		}
 		if err := loginable(s.SourceSpec); err != nil {
 			return err

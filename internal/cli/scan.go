@@ -39,12 +39,9 @@ func scanCmd(ctx context.Context, e *runEnv, args []string) error {
 	if isSet(fs, "timeout") && !*wait {
 		return usageErr("--timeout applies only with --wait")
 	}
-	st, src, err := e.storeSource(ctx, pos[0])
+	st, src, err := e.storeLiveSource(ctx, pos[0])
 	if err != nil {
 		return err
-	}
-	if src.RemovedAt != nil {
-		return removedErr(src)
 	}
 	tc, err := e.temporal(ctx)
 	if err != nil {

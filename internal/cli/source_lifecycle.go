@@ -155,12 +155,9 @@ func sourceUpdate(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, src, err := e.storeSource(ctx, name)
+	st, src, err := e.storeLiveSource(ctx, name)
 	if err != nil {
 		return err
-	}
-	if src.RemovedAt != nil {
-		return removedErr(src)
 	}
 	given := givenFlags(fs)
 	own, other := httpFlags, stdioFlags

@@ -29,12 +29,9 @@ func init() {
 // wait for it to become ACTIVE.
 func subscribeOne(ctx context.Context, e *runEnv, t subTarget, principal *string, wait *time.Duration, asJSON *bool) error {
 	norm := t.uri
-	st, src, err := e.storeSource(ctx, t.source)
+	st, src, err := e.storeLiveSource(ctx, t.source)
 	if err != nil {
 		return err
-	}
-	if src.RemovedAt != nil {
-		return removedErr(src)
 	}
 	if err := st.CheckGrant(ctx, *principal, src.ID); err != nil {
 		return deniedErr(err, src.Name)

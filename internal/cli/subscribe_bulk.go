@@ -226,12 +226,9 @@ type bulkJSON struct {
 // (launch.Subscription), so running it again after a partial failure is safe.
 func subscribeMany(ctx context.Context, e *runEnv, r bulkRequest) error {
 	began := time.Now()
-	st, src, err := e.storeSource(ctx, r.source)
+	st, src, err := e.storeLiveSource(ctx, r.source)
 	if err != nil {
 		return err
-	}
-	if src.RemovedAt != nil {
-		return removedErr(src)
 	}
 	if err := st.CheckGrant(ctx, r.principal, src.ID); err != nil {
 		return deniedErr(err, src.Name)
