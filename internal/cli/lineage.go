@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -58,9 +57,7 @@ func lineageCmd(ctx context.Context, e *runEnv, args []string) error {
 		return err
 	}
 	if *revocation != 0 {
-		if _, err := st.RevocationByID(ctx, *revocation); errors.Is(err, ledger.ErrNotFound) {
-			return notFoundErr("no revocation %d", *revocation)
-		} else if err != nil {
+		if _, err := revocationByID(ctx, st, *revocation); err != nil {
 			return err
 		}
 	}

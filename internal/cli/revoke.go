@@ -261,10 +261,7 @@ func revocationCmd(ctx context.Context, e *runEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	rv, err := st.RevocationByID(ctx, id)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return notFoundErr("no revocation %d", id)
-	}
+	rv, err := revocationByID(ctx, st, id)
 	if err != nil {
 		return err
 	}
@@ -301,4 +298,13 @@ func revocationCmd(ctx context.Context, e *runEnv, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.WorkflowID, s.Source, s.URI, s.StateAtRevocation, s.State)
 	}
 	return tw.Flush()
+}
+
+// revocationByID returns revocation id, or a not-found error (exit 3) that says there is none.
+func revocationByID(ctx context.Context, st *ledger.Store, id int64) (ledger.Revocation, error) {
+	rv, err := st.RevocationByID(ctx, id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return rv, notFoundErr("no revocation %d", id)
+	}
+	return rv, err
 }
