@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +16,56 @@ import (
 	"github.com/mcpsync/mcpsync/internal/harness/testpki"
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
+
+// TestMain runs main itself when the test binary is started as mcpsync-worker by
+// TestUnreachableDatabaseOneLine.
+func TestMain(m *testing.M) {
+	if os.Getenv("MCPSYNC_WORKER_AS_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// A ledger database that does not answer ends the worker with exit 1 and one line naming it,
+// its password masked: pgx's message, one line per connection attempt (two for 127.0.0.1
+// under the default sslmode=prefer), is folded into that line.
+func TestUnreachableDatabaseOneLine(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "MCPSYNC_WORKER_AS_MAIN=1", "MCPSYNC_GATEWAY_ADDR=off",
+		"DATABASE_URL=postgres://mcpsync:s3cret-pw@"+addr+"/mcpsync?connect_timeout=2")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	exit, ok := errors.AsType[*exec.ExitError](err)
+	if !ok || exit.ExitCode() != 1 {
+		t.Fatalf("worker ended with %v, want exit 1 (stderr %q)", err, stderr.String())
+	}
+	var said []string
+	for _, line := range strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n") {
+		if strings.HasPrefix(line, "mcpsync-worker:") || strings.HasPrefix(line, "\t") {
+			said = append(said, line)
+		}
+	}
+	if len(said) != 1 {
+		t.Fatalf("stderr says %q, want one mcpsync-worker line", said)
+	}
+	msg := said[0]
+	for _, w := range []string{"database postgres://mcpsync:***@" + addr, "unreachable", "connection refused"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("%q lacks %q", msg, w)
+		}
+	}
+	if n := strings.Count(msg, "connection refused"); n != 1 || strings.Contains(msg, "s3cret-pw") {
+		t.Errorf("%q: want the refusal once and no password", msg)
+	}
+}
 
 // A bad Temporal TLS flag is bad input: one line naming the flag, exit 2, before anything is
 // contacted; usable flags, or none, pass (issue 17 item 1).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
@@ -30,21 +29,18 @@ func (e *runEnv) store(ctx context.Context) (*ledger.Store, error) {
 		return e.Store, nil
 	}
 	// DATABASE_URL carries the ledger's password: no message quotes it unmasked (issue 14
-	// item 3), so errors are passed through redact.Err (pgx quotes the string it could not
-	// parse, masking only what it recognises).
-	pool, err := pgxpool.New(ctx, e.Config.DatabaseURL)
+	// item 3); ledger.OpenError masks it (pgx quotes the string it could not parse, masking
+	// only what it recognises) and puts pgx's line per attempt on one line.
+	pool, err := ledger.Open(ctx, e.Config.DatabaseURL, 5*time.Second)
 	if err != nil {
-		return nil, usageErr("DATABASE_URL is malformed: %v", redact.Err(err))
-	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		if authFailed(err) {
+		switch oe, _ := errors.AsType[*ledger.OpenError](err); {
+		case oe != nil && oe.Kind == ledger.OpenMalformed:
+			return nil, usageErr("DATABASE_URL is malformed: %v", err)
+		case oe != nil && oe.Kind == ledger.OpenAuth:
 			return nil, fmt.Errorf("ledger database refused the credentials of DATABASE_URL %s (%v); for mcpsync-dev's database, load its generated password: set -a; . .data/dev.env; set +a",
-				redact.DSN(e.Config.DatabaseURL), redact.Err(err))
+				redact.DSN(e.Config.DatabaseURL), err)
 		}
-		return nil, fmt.Errorf("ledger database unreachable (%v); is mcpsync-dev running? (make run) or set DATABASE_URL", redact.Err(err))
+		return nil, fmt.Errorf("ledger database unreachable (%v); is mcpsync-dev running? (make run) or set DATABASE_URL", err)
 	}
 	// The schema must be exactly the one this build speaks: mcpsync-worker applies migrations
 	// at start, and a CLI racing it (or older or newer than it) must not half-work.
@@ -69,13 +65,6 @@ func (e *runEnv) store(ctx context.Context) (*ledger.Store, error) {
 	e.pool = pool
 	e.Store = ledger.New(pool)
 	return e.Store, nil
-}
-
-// authFailed reports whether err is PostgreSQL refusing the connection's credentials
-// (invalid_password, invalid_authorization_specification).
-func authFailed(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000")
 }
 
 // temporal dials Temporal (once).

@@ -6,6 +6,7 @@ package workerapp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -115,16 +116,16 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	pool, err := ledger.Open(ctx, cfg.DatabaseURL, 10*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL is malformed: %w", redact.Err(err))
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = pool.Ping(pctx)
-	cancel()
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("database %s unreachable: %w", redact.DSN(cfg.DatabaseURL), redact.Err(err))
+		// One line, the password masked (ledger.OpenError).
+		switch oe, _ := errors.AsType[*ledger.OpenError](err); {
+		case oe != nil && oe.Kind == ledger.OpenMalformed:
+			return nil, fmt.Errorf("DATABASE_URL is malformed: %w", err)
+		case oe != nil && oe.Kind == ledger.OpenAuth:
+			return nil, fmt.Errorf("database %s refused the credentials of DATABASE_URL: %w", redact.DSN(cfg.DatabaseURL), err)
+		}
+		return nil, fmt.Errorf("database %s unreachable: %w", redact.DSN(cfg.DatabaseURL), err)
 	}
 	if applied, err := dbschema.Apply(ctx, pool); err != nil {
 		pool.Close()
