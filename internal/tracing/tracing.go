@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -268,6 +269,9 @@ func newOTLPProvider(ctx context.Context, opts Options) (*sdktrace.TracerProvide
 	if err != nil {
 		return nil, err
 	}
+	if err := checkEndpoint(); err != nil {
+		return nil, err
+	}
 	var exp sdktrace.SpanExporter
 	if proto == "grpc" {
 		exp, err = otlptracegrpc.New(ctx)
@@ -292,6 +296,20 @@ func newOTLPProvider(ctx context.Context, opts Options) (*sdktrace.TracerProvide
 	}
 	// The sampler honours OTEL_TRACES_SAMPLER[_ARG], the batcher OTEL_BSP_*.
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// checkEndpoint refuses an endpoint the exporters cannot use: OTLP endpoints are URLs with
+// scheme http or https and a host (both protocols); given anything else (host:port, a bare
+// word) the exporters log a parse error of their own, once, and export nothing.
+func checkEndpoint() error {
+	name, e := EnvTracesEndpoint, strings.TrimSpace(os.Getenv(EnvTracesEndpoint))
+	if e == "" {
+		name, e = EnvEndpoint, strings.TrimSpace(os.Getenv(EnvEndpoint))
+	}
+	if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s=%q: want the collector's http:// or https:// URL", name, redact.URL(e))
+	}
+	return nil
 }
 
 // Endpoint is the OTLP endpoint the environment names for traces (the traces-specific one

@@ -187,6 +187,10 @@ func TestBadSettingsFailClearly(t *testing.T) {
 		{"json protocol", tracing.EnvProtocol, "http/json", `OTEL_EXPORTER_OTLP_PROTOCOL="http/json" is not supported: use http/protobuf or grpc`},
 		{"traces protocol", tracing.EnvTracesProtocol, "thrift", `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="thrift" is not supported: use http/protobuf or grpc`},
 		{"exporter", tracing.EnvTracesExporter, "zipkin", `OTEL_TRACES_EXPORTER="zipkin" is not supported: use otlp or none`},
+		{"endpoint without scheme", tracing.EnvEndpoint, "127.0.0.1:4318", `OTEL_EXPORTER_OTLP_ENDPOINT="127.0.0.1:4318": want the collector's http:// or https:// URL`},
+		{"endpoint unparsable", tracing.EnvEndpoint, "::bad", `OTEL_EXPORTER_OTLP_ENDPOINT="::bad": want the collector's http:// or https:// URL`},
+		{"traces endpoint without host", tracing.EnvTracesEndpoint, "http:///v1/traces", `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http:///v1/traces": want the collector's http:// or https:// URL`},
+		{"traces endpoint's scheme", tracing.EnvTracesEndpoint, "grpc://collector:4317", `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="grpc://collector:4317": want the collector's http:// or https:// URL`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clearEnv(t)
