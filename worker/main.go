@@ -56,6 +56,10 @@ func main() {
 	if code != 0 {
 		os.Exit(code)
 	}
+	gatewayAddr, metricsAddr := gateway.AddrFromEnv(), metrics.AddrFromEnv()
+	if code := checkListenAddrs(os.Stderr, gatewayAddr, metricsAddr); code != 0 {
+		os.Exit(code)
+	}
 	log, err := logging.New(*level)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcpsync-worker:", err)
@@ -71,8 +75,8 @@ func main() {
 	defer stopWatch()
 	w, err := workerapp.Start(ctx, workerapp.Config{
 		DatabaseURL: env.DatabaseURL, TemporalAddress: env.TemporalAddress, Namespace: env.Namespace,
-		TemporalConn: env.Temporal, Logger: log, MetricsAddr: metrics.AddrFromEnv(),
-		GatewayAddr: gateway.AddrFromEnv(), Host: mcphost.Options{Delivery: delivery},
+		TemporalConn: env.Temporal, Logger: log, MetricsAddr: metricsAddr,
+		GatewayAddr: gatewayAddr, Host: mcphost.Options{Delivery: delivery},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcpsync-worker:", err)
@@ -96,6 +100,23 @@ func checkDelivery(value string, stderr io.Writer) (mcphost.Delivery, int) {
 		return 0, 2
 	}
 	return d, 0
+}
+
+// checkListenAddrs checks the gateway's and the metrics' listen addresses as written (""
+// serves none): one that no listener would take is bad input, one line naming its variable,
+// exit 2, before anything is contacted (at start it would fail only after the worker had
+// connected everything and started its sessions).
+func checkListenAddrs(stderr io.Writer, gatewayAddr, metricsAddr string) int {
+	for _, a := range []struct{ name, addr string }{{gateway.EnvAddr, gatewayAddr}, {metrics.EnvAddr, metricsAddr}} {
+		if a.addr == "" {
+			continue
+		}
+		if err := config.CheckListenAddr(a.name, a.addr); err != nil {
+			fmt.Fprintln(stderr, "mcpsync-worker:", err)
+			return 2
+		}
+	}
+	return 0
 }
 
 // checkTemporalFlags validates the Temporal TLS settings when any was given as a flag, so that

@@ -17,8 +17,7 @@ import (
 	"github.com/mcpsync/mcpsync/internal/mcphost"
 )
 
-// TestMain runs main itself when the test binary is started as mcpsync-worker by
-// TestUnreachableDatabaseOneLine.
+// TestMain runs main itself when the test binary is started as mcpsync-worker by runWorker.
 func TestMain(m *testing.M) {
 	if os.Getenv("MCPSYNC_WORKER_AS_MAIN") == "1" {
 		main()
@@ -27,25 +26,33 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// A ledger database that does not answer ends the worker with exit 1 and one line naming it,
-// its password masked: pgx's message, one line per connection attempt (two for 127.0.0.1
-// under the default sslmode=prefer), is folded into that line.
-func TestUnreachableDatabaseOneLine(t *testing.T) {
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// runWorker runs mcpsync-worker (this test binary as main) with env added to the test's
+// environment until it exits, and returns its exit code and what it said on stderr as itself
+// (lines starting "mcpsync-worker:" and lines continuing one, which start with a tab), not the
+// log lines.
+func runWorker(t *testing.T, env ...string) (int, []string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "MCPSYNC_WORKER_AS_MAIN=1", "MCPSYNC_GATEWAY_ADDR=off",
-		"DATABASE_URL=postgres://mcpsync:s3cret-pw@"+addr+"/mcpsync?connect_timeout=2")
+	cmd.Env = append(append(os.Environ(), "MCPSYNC_WORKER_AS_MAIN=1"), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	err = cmd.Run()
-	exit, ok := errors.AsType[*exec.ExitError](err)
-	if !ok || exit.ExitCode() != 1 {
-		t.Fatalf("worker ended with %v, want exit 1 (stderr %q)", err, stderr.String())
+	err := cmd.Run()
+	code := 0
+	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
 	}
 	var said []string
 	for _, line := range strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n") {
@@ -53,8 +60,18 @@ func TestUnreachableDatabaseOneLine(t *testing.T) {
 			said = append(said, line)
 		}
 	}
-	if len(said) != 1 {
-		t.Fatalf("stderr says %q, want one mcpsync-worker line", said)
+	return code, said
+}
+
+// A ledger database that does not answer ends the worker with exit 1 and one line naming it,
+// its password masked: pgx's message, one line per connection attempt (two for 127.0.0.1
+// under the default sslmode=prefer), is folded into that line.
+func TestUnreachableDatabaseOneLine(t *testing.T) {
+	addr := closedAddr(t)
+	code, said := runWorker(t, "MCPSYNC_GATEWAY_ADDR=off",
+		"DATABASE_URL=postgres://mcpsync:s3cret-pw@"+addr+"/mcpsync?connect_timeout=2")
+	if code != 1 || len(said) != 1 {
+		t.Fatalf("exit %d, stderr says %q; want exit 1 and one mcpsync-worker line", code, said)
 	}
 	msg := said[0]
 	for _, w := range []string{"database postgres://mcpsync:***@" + addr, "unreachable", "connection refused"} {
@@ -64,6 +81,31 @@ func TestUnreachableDatabaseOneLine(t *testing.T) {
 	}
 	if n := strings.Count(msg, "connection refused"); n != 1 || strings.Contains(msg, "s3cret-pw") {
 		t.Errorf("%q: want the refusal once and no password", msg)
+	}
+}
+
+// A gateway or metrics address no listener would take is bad input: exit 2 and one line
+// naming the variable, before the database is contacted (DATABASE_URL points at a closed
+// port, which would end the worker with exit 1). An empty value serves none and is no error.
+func TestBadListenAddressRefusedFirst(t *testing.T) {
+	db := "DATABASE_URL=postgres://mcpsync@" + closedAddr(t) + "/mcpsync?sslmode=disable&connect_timeout=2"
+	for _, tc := range []struct {
+		name string
+		env  []string
+		code int
+		want string
+	}{
+		{"gateway without port", []string{"MCPSYNC_GATEWAY_ADDR=nonsense"}, 2, `MCPSYNC_GATEWAY_ADDR="nonsense": want host:port`},
+		{"gateway port out of range", []string{"MCPSYNC_GATEWAY_ADDR=127.0.0.1:99999"}, 2, `MCPSYNC_GATEWAY_ADDR="127.0.0.1:99999": want host:port`},
+		{"metrics without port", []string{"MCPSYNC_GATEWAY_ADDR=off", "MCPSYNC_METRICS_ADDR=metrics"}, 2, `MCPSYNC_METRICS_ADDR="metrics": want host:port`},
+		{"both off", []string{"MCPSYNC_GATEWAY_ADDR=off", "MCPSYNC_METRICS_ADDR="}, 1, "unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, said := runWorker(t, append(tc.env, db)...)
+			if code != tc.code || len(said) != 1 || !strings.Contains(said[0], tc.want) {
+				t.Fatalf("exit %d, stderr says %q; want exit %d and one line with %q", code, said, tc.code, tc.want)
+			}
+		})
 	}
 }
 
