@@ -79,6 +79,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "mcpsync-dev: bad --temporal-history-shards %d: want 1 to 1024 (0: the default)\n", *historyShards)
 		return 2
 	}
+	if err := checkPortRange([]portFlag{{"--frontend-port", *frontendPort}, {"--ui-port", *uiPort}, {"--pg-port", *pgPort}}); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpsync-dev:", err)
+		return 2
+	}
 	if *shardIO < 0 || *shardIO > 1024 {
 		fmt.Fprintf(os.Stderr, "mcpsync-dev: bad --temporal-shard-io-concurrency %d: want 1 to 1024 (0: the default)\n", *shardIO)
 		return 2
@@ -108,6 +112,12 @@ func run() int {
 	level := log.Level()
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "mcpsync-dev: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	// A data directory that cannot be one (a file, a path under one) is bad input, found before
+	// anything starts: PostgreSQL would otherwise be initialised elsewhere first, for nothing.
+	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "mcpsync-dev: bad --data-dir %s: %v\n", *dataDir, err)
 		return 2
 	}
 	defer log.Sync() //nolint:errcheck
@@ -288,7 +298,8 @@ func (e *portTakenError) Error() string {
 	}
 	hint := ""
 	if strings.HasPrefix(h.Name, "mcpsync") || h.OwnerPID != 0 {
-		hint = ", left over from an earlier run"
+		// It may be a stack that is running (another make run) as well as a leftover.
+		hint = ", another mcpsync stack (running, or left over from an earlier run)"
 	}
 	return fmt.Sprintf("port %d on %s is held by %s%s: stop it with `kill %d`, or choose another port with %s",
 		e.port, host, who, hint, stop, e.flag)
@@ -299,6 +310,17 @@ func orUnknown(name string) string {
 		return "unknown command"
 	}
 	return name
+}
+
+// checkPortRange refuses a port flag outside 1-65535 (bad input, before anything is contacted):
+// each port is one the stack's clients are told, so "any free port" (0) is not one either.
+func checkPortRange(ports []portFlag) error {
+	for _, p := range ports {
+		if p.port < 1 || p.port > 65535 {
+			return fmt.Errorf("bad %s %d: want a port from 1 to 65535", p.flag, p.port)
+		}
+	}
+	return nil
 }
 
 // checkPorts fails on the first port that cannot be bound, before anything starts.

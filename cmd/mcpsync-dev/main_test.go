@@ -12,9 +12,13 @@ import (
 	"testing"
 )
 
-// TestMain lets the test binary play a process that holds a port until its stdin closes, as
-// a leftover mcpsync-dev's PostgreSQL does.
+// TestMain lets the test binary play mcpsync-dev itself, or a process that holds a port until
+// its stdin closes, as a leftover mcpsync-dev's PostgreSQL does.
 func TestMain(m *testing.M) {
+	if os.Getenv("MCPSYNC_DEV_AS_MAIN") == "1" { // TestBadInputBeforeAnythingStarts
+		main()
+		return
+	}
 	if os.Getenv("MCPSYNC_DEV_TEST_LISTEN") != "" {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
@@ -146,5 +150,69 @@ func TestDevEnvFileMode(t *testing.T) {
 	}
 	if string(out) != url {
 		t.Errorf("sourced DATABASE_URL = %q, want %q", out, url)
+	}
+}
+
+// A port flag outside 1-65535 is bad input, refused in one line naming the flag before any
+// port is tried; ports in range pass.
+func TestPortFlagRange(t *testing.T) {
+	for _, tc := range []struct {
+		p    portFlag
+		want string
+	}{
+		{portFlag{"--frontend-port", 7233}, ""},
+		{portFlag{"--ui-port", 65535}, ""},
+		{portFlag{"--pg-port", 1}, ""},
+		{portFlag{"--frontend-port", 70000}, "bad --frontend-port 70000: want a port from 1 to 65535"},
+		{portFlag{"--ui-port", -1}, "bad --ui-port -1: want a port from 1 to 65535"},
+		{portFlag{"--pg-port", 0}, "bad --pg-port 0: want a port from 1 to 65535"},
+	} {
+		err := checkPortRange([]portFlag{{"--ui-port", 8233}, tc.p})
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("checkPortRange(%v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}
+
+// Bad flags end mcpsync-dev with exit 2 and one line naming the flag before anything starts:
+// a data directory that is a file leaves no PostgreSQL cluster anywhere (it was initialised
+// under /tmp first, then Temporal failed on the directory), a port out of range is not tried.
+func TestBadInputBeforeAnythingStarts(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ports := []string{"--frontend-port", fmt.Sprint(freePort(t)), "--ui-port", fmt.Sprint(freePort(t)), "--pg-port", fmt.Sprint(freePort(t))}
+	before, _ := filepath.Glob("/tmp/mcpsync-pg-*")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"data dir is a file", []string{"--data-dir", file}, "mcpsync-dev: bad --data-dir " + file + ": "},
+		{"data dir under a file", []string{"--data-dir", filepath.Join(file, "x")}, "mcpsync-dev: bad --data-dir " + filepath.Join(file, "x") + ": "},
+		{"port out of range", []string{"--data-dir", dir, "--frontend-port", "70000"}, "mcpsync-dev: bad --frontend-port 70000: want a port from 1 to 65535"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], append(append([]string{}, ports...), tc.args...)...)
+			cmd.Env = append(os.Environ(), "MCPSYNC_DEV_AS_MAIN=1", "DATABASE_URL=")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			exit, ok := err.(*exec.ExitError)
+			msg := stderr.String()
+			if !ok || exit.ExitCode() != 2 || !strings.HasPrefix(msg, tc.want) || strings.Count(msg, "\n") != 1 {
+				t.Fatalf("%v: stderr %q; want exit 2 and one line starting %q", err, msg, tc.want)
+			}
+		})
+	}
+	after, _ := filepath.Glob("/tmp/mcpsync-pg-*")
+	if len(after) > len(before) {
+		t.Errorf("PostgreSQL directories under /tmp: %v before, %v after", before, after)
 	}
 }
