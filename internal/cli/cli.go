@@ -108,7 +108,7 @@ func Run(ctx context.Context, env Env, args []string) ExitCode {
 		fmt.Fprintf(env.Stdout, "usage: %s\n%s", h.usage, h.flags)
 		return ExitOK
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errSaid) {
 		fmt.Fprintf(env.Stderr, "mcpsync %s: %s\n", name, visible(oneLine(redact.Text(err.Error()))))
 	}
 	return exitCodeOf(err)

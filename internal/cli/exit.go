@@ -65,6 +65,10 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// errSaid stands for a failure whose reason was already printed on the command's stderr (by a
+// child process the command ran): Run prints nothing more and exits with the exitError's code.
+var errSaid = errors.New("reason already printed")
+
 // usageErr is a bad-input error (ExitUsage).
 func usageErr(format string, args ...any) error {
 	return &exitError{ExitUsage, fmt.Errorf(format, args...)}
