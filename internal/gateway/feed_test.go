@@ -518,6 +518,12 @@ func TestListChangedOnGrant(t *testing.T) {
 // so only after the handler returns) is still announced to the session, once it is
 // registered (both eras). The handler is held until the feed has announced the first
 // version to nobody, which forces the race.
+//
+// The wait for the announcement is long because the outbox is read in commit-safe order: a
+// write transaction open anywhere in the PostgreSQL cluster, in another package's database
+// too (the test suite shares one cluster), holds back every outbox row committed after it
+// began. Held past the handler's 30 s, the first version is announced once that transaction
+// ends, to the session registered by then (the race not forced, the version still announced).
 func TestFirstVersionAcceptedBeforeRegistration(t *testing.T) {
 	s := newGWStack(t)
 	t.Cleanup(gateway.HoldSubscribeUntilAnnounced())
@@ -530,7 +536,7 @@ func TestFirstVersionAcceptedBeforeRegistration(t *testing.T) {
 			s.Put(up, "first")
 			w := s.mustWatch(p, s.Token(p), era)
 			w.subscribe(s.Ctx, era, gw)
-			eventually(t, 30*time.Second, "first version announced", func() (bool, string) {
+			eventually(t, 3*time.Minute, "first version announced", func() (bool, string) {
 				u := w.updates(gw)
 				return len(u) > 0 && u[0].Digest == ledger.Digest([]byte("first")), "updates: " + fmtArrivals(u)
 			})
