@@ -64,12 +64,13 @@ func gate(ctx context.Context, e *runEnv, args []string) error {
 	err = cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		if code := ExitCode(exit.ExitCode()); code == ExitUsage {
+		code := ExitCode(exit.ExitCode())
+		if code == ExitUsage {
 			// Bad input mcpsync-gate found itself (an unknown --only section): it said so in
 			// one line, and no gate ran, so none "did not pass".
 			return &exitError{code, errSaid}
 		}
-		return &exitError{ExitCode(exit.ExitCode()), fmt.Errorf("the release gate did not pass (exit %d)", exit.ExitCode())}
+		return &exitError{code, fmt.Errorf("the release gate did not pass (exit %d)", code)}
 	}
 	return err
 }

@@ -41,3 +41,6 @@ func (s *Store) LockedRow(ctx context.Context, id int64, stmt string, args []any
 
 // ChunkMax is the most entries one stored chunk of a catalog holds.
 const ChunkMax = chunkMax
+
+// OneLine is oneLine: OpenError's folding of a message over lines into one line.
+func OneLine(msg string) string { return oneLine(msg) }

@@ -37,7 +37,7 @@ type OpenError struct {
 }
 
 // Error is the cause on one line, secrets masked.
-func (e *OpenError) Error() string { return OneLine(redact.Text(e.err.Error())) }
+func (e *OpenError) Error() string { return oneLine(redact.Text(e.err.Error())) }
 
 // Unwrap returns the driver's error.
 func (e *OpenError) Unwrap() error { return e.err }
@@ -62,10 +62,10 @@ func Open(ctx context.Context, url string, timeout time.Duration) (*pgxpool.Pool
 	return pool, nil
 }
 
-// OneLine folds a message that spans lines (pgx's "failed to connect to …:" followed by one
+// oneLine folds a message that spans lines (pgx's "failed to connect to …:" followed by one
 // indented line per attempt) into one line: its first line, then each distinct further line
 // once, trimmed and joined with "; ".
-func OneLine(msg string) string {
+func oneLine(msg string) string {
 	var first string
 	var rest []string
 	for i, l := range strings.Split(msg, "\n") {

@@ -302,10 +302,7 @@ func newOTLPProvider(ctx context.Context, opts Options) (*sdktrace.TracerProvide
 // scheme http or https and a host (both protocols); given anything else (host:port, a bare
 // word) the exporters log a parse error of their own, once, and export nothing.
 func checkEndpoint() error {
-	name, e := EnvTracesEndpoint, strings.TrimSpace(os.Getenv(EnvTracesEndpoint))
-	if e == "" {
-		name, e = EnvEndpoint, strings.TrimSpace(os.Getenv(EnvEndpoint))
-	}
+	name, e := endpointSetting()
 	if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%s=%q: want the collector's http:// or https:// URL", name, redact.URL(e))
 	}
@@ -315,10 +312,17 @@ func checkEndpoint() error {
 // Endpoint is the OTLP endpoint the environment names for traces (the traces-specific one
 // first), or "".
 func Endpoint() string {
+	_, e := endpointSetting()
+	return e
+}
+
+// endpointSetting is the variable that names the traces' OTLP endpoint and its value: the
+// traces-specific one when set, else the general one ("" if neither is).
+func endpointSetting() (name, value string) {
 	if e := strings.TrimSpace(os.Getenv(EnvTracesEndpoint)); e != "" {
-		return e
+		return EnvTracesEndpoint, e
 	}
-	return strings.TrimSpace(os.Getenv(EnvEndpoint))
+	return EnvEndpoint, strings.TrimSpace(os.Getenv(EnvEndpoint))
 }
 
 // StartMCPRead starts the client span of one resources/read request of uri (read ordinal and
